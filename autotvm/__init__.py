@@ -1,0 +1,19 @@
+"""AutoTVM's tuning API re-hosted on current TVM (TensorIR + MetaSchedule).
+
+Tasks (``autotvm.task``), knob spaces, measurement (``autotvm.measure``), tuners
+(``autotvm.tuner``), callbacks and records, with AutoTVM's names and contracts. This package knows
+nothing of the tuners built on top of it.
+"""
+
+from . import callback, measure, record, task, tuner
+from .dispatcher import ApplyHistoryBest, DispatchContext, apply_history_best
+from .env import AutoTVMError, make_target
+from .measure import (LocalBuilder, LocalRunner, MeasureErrorNo, MeasureInput, MeasureResult, RPCRunner,
+                      measure_option)
+from .task import ConfigEntity, ConfigSpace, create_from_primfunc, get_config, template
+from .task.relax_integration import build_program
+
+__all__ = ["ApplyHistoryBest", "AutoTVMError", "ConfigEntity", "ConfigSpace", "DispatchContext", "LocalBuilder",
+           "LocalRunner", "MeasureErrorNo", "MeasureInput", "MeasureResult", "RPCRunner", "apply_history_best",
+           "build_program", "callback", "create_from_primfunc", "get_config", "make_target", "measure",
+           "measure_option", "record", "task", "template", "tuner"]

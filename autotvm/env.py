@@ -1,0 +1,101 @@
+"""Process-wide helpers for the TVM platform: target parsing and the one-off intrinsic import.
+
+Kept in one place so that every layer above agrees on what a target is and so that the
+expensive import of TVM's tensor intrinsics happens at most once per process.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+from typing import Any
+
+import tvm
+
+SUPPORTED_TARGET_KINDS = ("llvm", "cuda")
+
+
+class AutoTVMError(ValueError):
+    """A user-facing error: its message is one line naming what is wrong and what is allowed."""
+
+
+def make_target(target: Any) -> tvm.target.Target:
+    """Turn "llvm", "cuda", a target dict or a ``Target`` into a ``tvm.target.Target``.
+
+    Current TVM refuses CLI strings such as "llvm -mcpu=x", so only bare kind names and dicts
+    are accepted; anything else gets a one-line error listing what is allowed.
+    """
+    if isinstance(target, tvm.target.Target):
+        kind = target.kind.name
+        if kind not in SUPPORTED_TARGET_KINDS:
+            raise AutoTVMError(f"unknown target kind {kind!r}; allowed: {', '.join(SUPPORTED_TARGET_KINDS)}")
+        return target
+    if isinstance(target, str) and target.strip().startswith("{"):
+        import json
+
+        try:
+            spec: dict = json.loads(target)
+        except json.JSONDecodeError:
+            raise AutoTVMError(f"target {target!r} is not valid JSON") from None
+    elif isinstance(target, str):
+        spec = {"kind": target.strip()}
+    elif isinstance(target, dict):
+        spec = dict(target)
+    else:
+        raise AutoTVMError(f"target must be a kind name or a dict, got {type(target).__name__}")
+    kind = spec.get("kind")
+    if kind not in SUPPORTED_TARGET_KINDS:
+        raise AutoTVMError(
+            f"unknown target kind {kind!r}; allowed: {', '.join(SUPPORTED_TARGET_KINDS)} "
+            "(or a dict such as {\"kind\": \"llvm\", \"num-cores\": 2})"
+        )
+    if kind == "llvm" and "num-cores" not in spec:
+        import os
+
+        spec["num-cores"] = os.cpu_count() or 1
+    try:
+        return tvm.target.Target(spec)
+    except Exception as err:  # TVM's message is long; keep its first line
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise AutoTVMError(f"invalid target {spec!r}: {first}") from None
+
+
+def device_of(target: tvm.target.Target) -> str:
+    """The runtime device name ("cpu" or "cuda") that executes code built for ``target``."""
+    return "cuda" if target.kind.name == "cuda" else "cpu"
+
+
+def _cheap_stack(context: int = 1) -> list:
+    """``inspect.stack`` without reading source lines: TVMScript only needs the frames."""
+    frame = sys._getframe(1)
+    frames = []
+    while frame is not None:
+        frames.append(inspect.FrameInfo(frame, frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name, None, None))
+        frame = frame.f_back
+    return frames
+
+
+@functools.lru_cache(maxsize=None)
+def load_tensor_intrinsics() -> None:
+    """Import TVM's tensor intrinsics once per process, cheaply.
+
+    MetaSchedule's ``TuneContext`` imports them in its constructor; done naively that costs
+    ~50 s on a 2-core machine because TVMScript's decorator calls ``inspect.stack()`` (which
+    reads source files) for every intrinsic. With a frame-only stack it takes ~3 s. Never call
+    this from a build worker: builds do not need the intrinsics.
+    """
+    if "tvm.s_tir.tensor_intrin" in sys.modules:
+        return
+    original = inspect.stack
+    inspect.stack = _cheap_stack
+    try:
+        importlib_import("tvm.s_tir.tensor_intrin")
+    finally:
+        inspect.stack = original
+
+
+def importlib_import(name: str) -> Any:
+    import importlib
+
+    return importlib.import_module(name)

@@ -1,0 +1,251 @@
+"""Builders and runners: parallel builds in persistent worker processes, timed runs on the device.
+
+Workers are reused across batches (TVM is imported once per worker, not once per batch) and
+recycled after ``max_worker_uses`` jobs so that no leak accumulates; a job that times out kills
+its worker, which is restarted on the next job.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+import time
+from typing import Any, Sequence
+
+from tvm.support.popen_pool import PopenPoolExecutor
+
+from ..env import device_of
+from ..task.space import InstantiationError
+from . import workers
+from .measure import BuildResult, MeasureErrorNo, MeasureInput, MeasureResult, failed
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    # TVM errors end with the useful line; Python ones start with it
+    return f"{type(err).__name__}: {lines[-1] if lines else ''}"[:2000]
+
+
+def _pool(n_workers: int, timeout: float | None, max_uses: int) -> PopenPoolExecutor:
+    return PopenPoolExecutor(max_workers=n_workers, timeout=timeout, maximum_process_uses=max_uses)
+
+
+class LocalBuilder:
+    """Build configs in ``n_parallel`` worker processes with a per-build ``timeout`` (seconds).
+
+    Instantiation (replaying a config, running postprocessors) happens in the tuning process;
+    an invalid config becomes an ``INSTANTIATION_ERROR`` result. ``remove_layout_rewrite``
+    times kernels with weights taken as pre-laid-out, as MetaSchedule's builder does.
+    """
+
+    def __init__(self, timeout: float = 10, n_parallel: int | None = None, remove_layout_rewrite: bool = True,
+                 max_worker_uses: int = 200) -> None:
+        if timeout <= 0:
+            raise ValueError(f"builder timeout must be > 0 seconds, got {timeout}")
+        self.timeout = float(timeout)
+        self.n_parallel = int(n_parallel or os.cpu_count() or 1)
+        if self.n_parallel <= 0:
+            raise ValueError(f"n_parallel must be >= 1, got {n_parallel}")
+        self.remove_layout_rewrite = remove_layout_rewrite
+        self.max_worker_uses = max_worker_uses
+        self.build_dir = tempfile.mkdtemp(prefix="autotvm-build-")
+        self._executor: PopenPoolExecutor | None = None
+        atexit.register(self.close)
+
+    @property
+    def executor(self) -> PopenPoolExecutor:
+        if self._executor is None:
+            self._executor = _pool(self.n_parallel, self.timeout, self.max_worker_uses)
+            # import TVM in every worker before the first timed build
+            for fut in [self._executor.submit(_warm_up) for _ in range(self.n_parallel)]:
+                fut.result()
+        return self._executor
+
+    def build_module(self, mod: Any, target: Any) -> str:
+        """Compile one module as-is (the correctness reference); returns the library path."""
+        path, *_ = self.executor.submit(workers.build_artifact, mod, target, self.build_dir, False, False).result()
+        return path
+
+    def build(self, inputs: Sequence[MeasureInput], check: bool = False) -> list[BuildResult]:
+        """Instantiate every config, then compile the valid ones in parallel."""
+        results: list[BuildResult | None] = [None] * len(inputs)
+        futures = {}
+        for i, inp in enumerate(inputs):
+            start = time.perf_counter()
+            try:
+                mod = inp.task.instantiate(inp.config)
+            except InstantiationError as err:
+                results[i] = BuildResult(None, None, MeasureErrorNo.INSTANTIATION_ERROR, str(err),
+                                         time.perf_counter() - start)
+                continue
+            futures[i] = (self.executor.submit(workers.build_artifact, mod, inp.task.target, self.build_dir,
+                                               self.remove_layout_rewrite, check), time.perf_counter() - start)
+        for i, (future, instantiate_cost) in futures.items():
+            results[i] = self._collect(future, inputs[i], instantiate_cost)
+        return results  # type: ignore[return-value]
+
+    def _collect(self, future: Any, inp: MeasureInput, instantiate_cost: float) -> BuildResult:
+        try:
+            path, arg_info, check_path, check_info, seconds = future.result()
+            return BuildResult(path, arg_info, MeasureErrorNo.NO_ERROR, "", instantiate_cost + seconds,
+                               check_path and (check_path, check_info))
+        except TimeoutError:
+            return BuildResult(None, None, MeasureErrorNo.BUILD_TIMEOUT,
+                               f"build timed out after {self.timeout:g} s", self.timeout)
+        except Exception as err:  # compile errors arrive as exceptions from the worker
+            code = MeasureErrorNo.COMPILE_DEVICE if device_of(inp.task.target) == "cuda" else MeasureErrorNo.COMPILE_HOST
+            return BuildResult(None, None, code, _first_line(err), instantiate_cost)
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)
+            self._executor = None
+        shutil.rmtree(self.build_dir, ignore_errors=True)
+
+
+def _warm_up() -> None:
+    import tvm  # noqa: F401
+
+
+class LocalRunner:
+    """Time each built config on this machine's device, one at a time, in a worker process.
+
+    ``number`` runs are averaged into one cost, ``repeat`` costs are taken (the fastest and
+    slowest dropped when there are more than two), each repeat lasting at least
+    ``min_repeat_ms``. A run that exceeds ``timeout`` seconds or crashes is recorded as such.
+    ``check_correctness`` compares every config's outputs with the untuned program's.
+    """
+
+    n_parallel = 1
+
+    def __init__(self, timeout: float = 10, number: int = 4, repeat: int = 3, min_repeat_ms: int = 0,
+                 cooldown_interval: float = 0.0, enable_cpu_cache_flush: bool = False,
+                 check_correctness: bool = False, max_worker_uses: int = 500) -> None:
+        for name, value, low in (("timeout", timeout, 1e-9), ("number", number, 1), ("repeat", repeat, 1),
+                                 ("min_repeat_ms", min_repeat_ms, 0)):
+            if value < low:
+                raise ValueError(f"runner {name} must be >= {low:g}, got {value}")
+        self.timeout = float(timeout)
+        self.number, self.repeat, self.min_repeat_ms = int(number), int(repeat), int(min_repeat_ms)
+        self.cooldown_interval = float(cooldown_interval)
+        self.enable_cpu_cache_flush = enable_cpu_cache_flush
+        self.check_correctness = check_correctness
+        self.max_worker_uses = max_worker_uses
+        self._executor: PopenPoolExecutor | None = None
+        self._reference: str | None = None
+        self._device = "cpu"
+        atexit.register(self.close)
+
+    # -- hooks that RPCRunner overrides
+    def _tracker(self) -> tuple | None:
+        return None
+
+    def _workers(self) -> int:
+        return 1
+
+    @property
+    def executor(self) -> PopenPoolExecutor:
+        if self._executor is None:
+            self._executor = _pool(self._workers(), self.timeout, self.max_worker_uses)
+        return self._executor
+
+    def set_task(self, task: Any, builder: LocalBuilder) -> None:
+        """Prepare for a task: its device and, when checking, the reference program."""
+        self._device = device_of(task.target)
+        self._reference = builder.build_module(task.default_module(), task.target) if self.check_correctness else None
+
+    def _job(self, build: BuildResult) -> dict:
+        job = {"path": build.filename, "arg_info": build.arg_info, "device": self._device, "number": self.number,
+               "repeat": self.repeat, "min_repeat_ms": self.min_repeat_ms,
+               "flush": self.enable_cpu_cache_flush and self._device == "cpu", "tracker": self._tracker()}
+        if self._reference and build.check_filename:
+            job.update(reference_path=self._reference, check_path=build.check_filename[0],
+                       check_arg_info=build.check_filename[1])
+        return job
+
+    def run(self, inputs: Sequence[MeasureInput], builds: Sequence[BuildResult]) -> list[MeasureResult]:
+        """Run every successful build; failed builds pass through as failed results."""
+        pending = {}
+        results: list[MeasureResult | None] = [None] * len(builds)
+        for i, build in enumerate(builds):
+            if build.error_no != MeasureErrorNo.NO_ERROR:
+                results[i] = failed(MeasureErrorNo(build.error_no), build.error_msg, build.time_cost)
+                continue
+            pending[i] = (self.executor.submit(workers.run_artifact, self._job(build)), time.perf_counter())
+            if self._workers() == 1:  # serial: wait before starting the next run
+                results[i] = self._collect(*pending.pop(i), build)
+                if self.cooldown_interval:
+                    time.sleep(self.cooldown_interval)
+        for i, (future, start) in pending.items():
+            results[i] = self._collect(future, start, builds[i])
+        return results  # type: ignore[return-value]
+
+    def _collect(self, future: Any, start: float, build: BuildResult) -> MeasureResult:
+        try:
+            status, value = future.result()
+        except TimeoutError:
+            result = failed(MeasureErrorNo.RUN_TIMEOUT, f"run timed out after {self.timeout:g} s",
+                            build.time_cost + self.timeout)
+        except Exception as err:
+            result = failed(MeasureErrorNo.RUNTIME_DEVICE, _first_line(err),
+                            build.time_cost + time.perf_counter() - start)
+        else:
+            elapsed = build.time_cost + time.perf_counter() - start
+            if status == "ok":
+                result = MeasureResult(tuple(value), 0, elapsed, time.time())
+            else:
+                result = failed(MeasureErrorNo.WRONG_ANSWER, value, elapsed)
+        for path in {build.filename, (build.check_filename or (None,))[0]} - {None}:
+            try:
+                os.remove(path)
+            except OSError:
+                pass
+        return result
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)
+            self._executor = None
+
+
+class RPCRunner(LocalRunner):
+    """Time configs on devices registered with a TVM RPC tracker under ``key``.
+
+    ``n_parallel`` runs go at once (default: as many as the tracker has servers for ``key``).
+    """
+
+    def __init__(self, key: str, host: str, port: int, priority: int = 1, timeout: float = 10,
+                 n_parallel: int | None = None, number: int = 4, repeat: int = 3, min_repeat_ms: int = 0,
+                 cooldown_interval: float = 0.0, enable_cpu_cache_flush: bool = False,
+                 check_correctness: bool = False) -> None:
+        super().__init__(timeout, number, repeat, min_repeat_ms, cooldown_interval, enable_cpu_cache_flush,
+                         check_correctness)
+        self.key, self.host, self.port, self.priority = key, host, int(port), priority
+        self._n_parallel = n_parallel
+
+    def _tracker(self) -> tuple:
+        return (self.host, self.port, self.key, self.priority, max(int(self.timeout), 1) + 5)
+
+    def _workers(self) -> int:
+        if self._n_parallel is None:
+            self._n_parallel = max(1, servers_for_key(self.host, self.port, self.key))
+        return self._n_parallel
+
+    @property
+    def n_parallel(self) -> int:  # type: ignore[override]
+        return self._workers()
+
+
+def servers_for_key(host: str, port: int, key: str) -> int:
+    """How many servers a tracker has for ``key`` (0 if it cannot be reached)."""
+    import tvm.rpc
+
+    try:
+        summary = tvm.rpc.connect_tracker(host, port).summary()
+    except Exception:
+        return 0
+    return sum(1 for server in summary.get("server_info", []) if server.get("key", "").split(":")[-1] == key
+               or key in str(server.get("key", "")))

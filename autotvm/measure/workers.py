@@ -1,0 +1,118 @@
+"""Functions that run inside builder and runner worker processes.
+
+They import only TVM and NumPy: in particular never TVM's tensor intrinsics, whose import
+costs ~50 s per fresh process on small machines and is not needed to compile a scheduled module.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+
+_REFERENCE_OUTPUTS: dict[str, list] = {}
+
+
+def _arg_info(mod: Any) -> list:
+    return [([int(x) for x in p.shape], str(p.dtype)) for p in mod["main"].params]
+
+
+def _compile(mod: Any, target: Any, out_dir: str, suffix: str) -> str:
+    import tvm
+
+    lib = tvm.compile(mod, target=target)
+    fd, path = tempfile.mkstemp(suffix=suffix + ".so", dir=out_dir)
+    os.close(fd)
+    lib.export_library(path)
+    return path
+
+
+def build_artifact(mod: Any, target: Any, out_dir: str, remove_layout_rewrite: bool, check: bool) -> tuple:
+    """Compile ``mod`` for ``target``; returns (path, arg_info, check_path, check_arg_info, seconds).
+
+    With ``remove_layout_rewrite`` the weight-layout rewrite block is dropped before the timed
+    build (weights are taken as pre-laid-out, MetaSchedule's convention); with ``check`` a second
+    library that keeps the rewrite is built so its output can be compared with the reference.
+    """
+    import tvm
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    start = time.perf_counter()
+    timed = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod) if remove_layout_rewrite else mod
+    path = _compile(timed, target, out_dir, "")
+    check_path = None
+    if check:
+        check_path = path if timed is mod or tvm.ir.structural_equal(timed, mod) else _compile(mod, target, out_dir, "_check")
+    return path, _arg_info(timed), check_path, _arg_info(mod), time.perf_counter() - start
+
+
+def random_inputs(arg_info: list, seed: int = 0) -> list[np.ndarray]:
+    """Deterministic random arguments, the same for the reference and every candidate."""
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for shape, dtype in arg_info:
+        if "float" in dtype:
+            arrays.append(rng.uniform(-1, 1, size=shape).astype(dtype))
+        elif dtype == "bool":
+            arrays.append(rng.integers(0, 2, size=shape).astype(dtype))
+        else:
+            arrays.append(rng.integers(0, 8, size=shape).astype(dtype))
+    return arrays
+
+
+def _load(path: str, session: Any) -> Any:
+    import tvm
+
+    if session is None:
+        return tvm.runtime.load_module(path)
+    session.upload(path)
+    return session.load_module(os.path.basename(path))
+
+
+def _execute(func: Any, dev: Any, arrays: list[np.ndarray]) -> list[np.ndarray]:
+    import tvm
+
+    tensors = [tvm.runtime.tensor(a, dev) for a in arrays]
+    func(*tensors)
+    dev.sync()
+    return [t.numpy() for t in tensors]
+
+
+def run_artifact(job: dict) -> tuple:
+    """Time one built library on its device; optionally check it against the reference.
+
+    ``job`` keys: path, arg_info, device, number, repeat, min_repeat_ms, flush, and for a check
+    check_path, check_arg_info, reference_path; for RPC: tracker (host, port, key, priority, timeout).
+    Returns ("ok", costs) or ("wrong", message).
+    """
+    import tvm
+
+    session = None
+    if job.get("tracker"):
+        host, port, key, priority, timeout = job["tracker"]
+        session = tvm.rpc.connect_tracker(host, port).request(key, priority=priority, session_timeout=timeout)
+    dev = session.device(job["device"]) if session is not None else tvm.device(job["device"])
+    module = _load(job["path"], session)
+    func = module["main"]
+    if job.get("reference_path"):
+        inputs = random_inputs(job["check_arg_info"])
+        ref_key = job["reference_path"]
+        if ref_key not in _REFERENCE_OUTPUTS:
+            _REFERENCE_OUTPUTS[ref_key] = _execute(_load(ref_key, session)["main"], dev, inputs)
+        check_func = func if job["check_path"] == job["path"] else _load(job["check_path"], session)["main"]
+        got = _execute(check_func, dev, inputs)
+        for i, (a, b) in enumerate(zip(got, _REFERENCE_OUTPUTS[ref_key])):
+            if not np.allclose(a, b, rtol=1e-3, atol=1e-3):
+                err = float(np.max(np.abs(a.astype(np.float64) - b)))
+                return "wrong", f"argument {i} differs from the reference (max abs error {err:.3g})"
+    args = [tvm.runtime.tensor(a, dev) for a in random_inputs(job["arg_info"])]
+    timer = module.time_evaluator("main", dev, number=job["number"], repeat=job["repeat"],
+                                  min_repeat_ms=job["min_repeat_ms"],
+                                  f_preproc="cache_flush_cpu_non_first_arg" if job["flush"] else "")
+    costs = list(timer(*args).results)
+    if len(costs) > 2:  # AutoTVM's convention: drop the fastest and slowest repeat
+        costs = sorted(costs)[1:-1]
+    return "ok", costs

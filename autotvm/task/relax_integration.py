@@ -1,0 +1,77 @@
+"""Relax programs: extract one task per tunable TIR function, and build with the best records.
+
+The module is fused exactly as MetaSchedule's ``compile_relax`` fuses it, so the functions we
+tune are the functions it later looks up; the best config of each task is handed to it as a
+MetaSchedule database record. Functions without a record keep TVM's default lowering.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tvm
+
+from ..env import load_tensor_intrinsics, make_target
+from .trace_task import TraceTask
+
+
+def fuse_program(mod: tvm.IRModule, target: Any, params: dict | None = None) -> tvm.IRModule:
+    """Bind params, legalize and fuse a Relax module into calls of fused PrimFuncs."""
+    from tvm import relax
+    from tvm.relax import pipeline as relax_pipeline
+
+    target = make_target(target)
+    if params:
+        mod = relax.transform.BindParams("main", params)(mod)
+    try:
+        dispatch = list(relax_pipeline.library_dispatch_passes(target))
+    except (ValueError, AttributeError):
+        dispatch = []
+    seq = tvm.transform.Sequential([
+        *dispatch,
+        relax.transform.LegalizeOps(),
+        relax.transform.AnnotateTIROpPattern(),
+        relax.transform.FoldConstant(),
+        relax.transform.FuseOps(),
+        relax.transform.FuseTIR(),
+    ])
+    with target, tvm.transform.PassContext(opt_level=3):
+        return seq(mod)
+
+
+def extract_from_program(mod: tvm.IRModule, target: Any, params: dict | None = None) -> list[TraceTask]:
+    """One ``TraceTask`` per distinct tunable PrimFunc of a Relax module, weighted by its call count.
+
+    ``mod`` is a Relax IRModule, e.g. from ``tvm.relax.frontend.torch.from_exported_program``;
+    ``params`` (name -> tensor) are bound first, as ``compile_relax`` does.
+    """
+    load_tensor_intrinsics()
+    from tvm.s_tir import meta_schedule as ms
+
+    target = make_target(target)
+    fused = fuse_program(mod, target, params)
+    extracted = ms.relax_integration.extract_tasks(fused, target)
+    return [TraceTask(t.task_name, t.dispatched[0], target, weight=int(t.weight)) for t in extracted]
+
+
+def build_program(mod: tvm.IRModule, target: Any, params: dict | None = None) -> Any:
+    """Compile a Relax module, applying the best config of the current ``apply_history_best``.
+
+    Returns a ``relax.VMExecutable``. Without a context (or records) this is TVM's default build.
+    """
+    load_tensor_intrinsics()
+    from tvm.s_tir import meta_schedule as ms
+
+    from ..dispatcher import DispatchContext
+
+    target = make_target(target)
+    database = ms.database.MemoryDatabase()
+    for task in extract_from_program(mod, target, params):
+        cfg = DispatchContext.current_config(task)
+        if cfg is None:
+            continue
+        sch = task.schedule_of(cfg)
+        workload = database.commit_workload(task.mod)
+        database.commit_tuning_record(ms.database.TuningRecord(
+            sch.trace, workload, [1.0], target, ms.arg_info.ArgInfo.from_prim_func(task.mod["main"])))
+    return ms.relax_integration.compile_relax(database, mod, target, params)

@@ -1,0 +1,222 @@
+"""Tasks whose knobs are the random decisions of MetaSchedule's design space.
+
+No template is written by hand: MetaSchedule's space generator produces one or more design
+spaces (sketches) for the target; every sampling instruction of a sketch becomes a knob over
+the decisions it could take. A config is replayed onto the sketch's trace and the target's
+postprocessors are applied; a config they reject is invalid (``InstantiationError``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import tvm
+from tvm.s_tir import Schedule
+from tvm.s_tir.schedule import Trace
+
+from ..env import load_tensor_intrinsics, make_target
+from .space import ConfigEntity, ConfigSpace, InstantiationError, Knob, OtherOptionEntity, SplitEntity, factorizations
+from .task import Task, buffer_signature
+
+SAMPLING_KINDS = ("SamplePerfectTile", "SampleCategorical", "SampleComputeLocation")
+MAX_LOCATION_PROBE = 48
+
+
+def cache_dir() -> Path:
+    """Where design spaces are cached; override with ``$AUTOTVM_CACHE_DIR``."""
+    root = os.environ.get("AUTOTVM_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "gadqn-autotvm")
+    return Path(root) / "design_spaces"
+
+
+def _normalise(func_or_mod: Any) -> tvm.IRModule:
+    if isinstance(func_or_mod, tvm.IRModule):
+        funcs = list(func_or_mod.functions.items())
+        if len(funcs) != 1:
+            raise InstantiationError("a tunable module must hold exactly one PrimFunc")
+        return tvm.IRModule({"main": funcs[0][1].with_attr("global_symbol", "main")})
+    return tvm.IRModule({"main": func_or_mod.with_attr("global_symbol", "main")})
+
+
+def _tune_context(mod: tvm.IRModule, target: tvm.target.Target) -> Any:
+    load_tensor_intrinsics()
+    from tvm.s_tir import meta_schedule as ms
+
+    return ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply",
+                          task_name="main", num_threads=1)
+
+
+def _design_space_traces(mod: tvm.IRModule, target: tvm.target.Target, ctx: Any) -> list[Trace]:
+    """The sketches of ``mod`` for ``target``, simplified; cached on disk as trace JSON."""
+    key = hashlib.sha256((mod.script() + json.dumps(str(target)) + tvm.__version__).encode()).hexdigest()[:32]
+    path = cache_dir() / f"{key}.json"
+    if path.exists():
+        try:
+            traces = []
+            for trace_json in json.loads(path.read_text()):
+                sch = Schedule(mod)
+                Trace.apply_json_to_schedule(trace_json, sch)
+                traces.append(sch.trace.simplified(remove_postproc=True))
+            return traces
+        except Exception:  # a stale or corrupt cache entry is regenerated
+            pass
+    traces = [s.trace.simplified(remove_postproc=True) for s in ctx.generate_design_space()]
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps([t.as_json(remove_postproc=True) for t in traces], default=_plain))
+        tmp.replace(path)
+    except OSError:
+        pass
+    return traces
+
+
+def _plain(obj: Any) -> Any:
+    """JSON encoder fallback for the TVM values inside a trace's JSON form."""
+    if hasattr(obj, "value"):
+        return obj.value
+    if isinstance(obj, str) or type(obj).__name__ == "String":
+        return str(obj)
+    try:
+        return list(obj)
+    except TypeError:
+        return str(obj)
+
+
+def _sampling_insts(trace: Trace) -> list:
+    return [inst for inst in trace.insts if inst.kind.name in SAMPLING_KINDS]
+
+
+class TraceTask(Task):
+    """A task over MetaSchedule's design space of one PrimFunc (see module docstring)."""
+
+    def __init__(self, name: str, mod: tvm.IRModule, target: Any, weight: int = 1) -> None:
+        target = make_target(target)
+        mod = _normalise(mod)
+        self.mod = mod
+        self._ctx = _tune_context(mod, target)
+        self.postprocs = list(self._ctx.space_generator.postprocs)
+        self.sketches = _design_space_traces(mod, target, self._ctx)
+        if not self.sketches:
+            raise InstantiationError(f"MetaSchedule produced no design space for {name!r}")
+        space, self._bindings = self._build_space()
+        flop = float(tvm.s_tir.analysis.estimate_tir_flops(mod))
+        super().__init__(name, buffer_signature(mod), target, space, flop, weight)
+
+    # -- space construction
+    def _build_space(self) -> tuple[ConfigSpace, list[list[tuple]]]:
+        """Knobs shared by sketches whose sampling instruction at a position has the same signature."""
+        space = ConfigSpace()
+        if len(self.sketches) > 1:
+            space._add(Knob("sketch", [OtherOptionEntity(i) for i in range(len(self.sketches))]))
+        by_signature: dict[tuple, int] = {}
+        bindings: list[list[tuple]] = []
+        for s, trace in enumerate(self.sketches):
+            binding = []
+            for pos, inst in enumerate(_sampling_insts(trace)):
+                entities, signature = self._knob_entities(trace, inst, pos)
+                key = (pos, inst.kind.name, signature)
+                if key not in by_signature:
+                    if len(entities) <= 1:
+                        continue  # a decision with one choice is not a knob
+                    short = {"SamplePerfectTile": "tile", "SampleCategorical": "cat",
+                             "SampleComputeLocation": "loc"}[inst.kind.name]
+                    by_signature[key] = len(space.knobs)
+                    name = f"{short}_{pos}"
+                    if name in space._by_name:
+                        name = f"{name}_s{s}"
+                    space._add(Knob(name, entities, {"kind": inst.kind.name}))
+                binding.append((inst, by_signature[key]))
+            bindings.append(binding)
+        if not space.knobs:
+            space._add(Knob("sketch", [OtherOptionEntity(0)]))
+        return space, bindings
+
+    def _knob_entities(self, trace: Trace, inst: Any, pos: int) -> tuple[list, tuple]:
+        kind = inst.kind.name
+        decision = trace.decisions[inst]
+        if kind == "SamplePerfectTile":
+            n, max_inner = int(inst.attrs[0]), int(inst.attrs[1])
+            extent = 1
+            for f in decision:
+                extent *= int(f)
+            cands = factorizations(extent, n, max_inner if max_inner > 0 else None)
+            return [SplitEntity(c) for c in cands], (n, max_inner, extent)
+        if kind == "SampleCategorical":
+            cands = [c.value if hasattr(c, "value") else int(c) for c in inst.attrs[0]]
+            return [OtherOptionEntity(c) for c in cands], tuple(cands)
+        locations = self._valid_locations(trace, inst)
+        return [OtherOptionEntity(loc) for loc in locations], tuple(locations)
+
+    def _valid_locations(self, trace: Trace, inst: Any) -> list[int]:
+        """Compute-location decisions that replay as themselves (invalid ones snap to another)."""
+        position = [i for i in trace.insts if i.kind.name == "SampleComputeLocation"].index(inst)
+        valid = []
+        for loc in range(-2, MAX_LOCATION_PROBE):
+            decisions = dict(trace.decisions)
+            decisions[inst] = loc
+            sch = Schedule(self.mod)
+            try:
+                Trace(trace.insts, decisions).apply_to_schedule(sch, remove_postproc=True)
+            except Exception:
+                continue
+            applied = [i for i in sch.trace.insts if i.kind.name == "SampleComputeLocation"][position]
+            got = int(sch.trace.decisions[applied])
+            if got == loc:
+                valid.append(loc)
+            elif loc > 0 and got < loc and loc - got > 8:
+                break
+        return valid or [int(trace.decisions[inst])]
+
+    # -- instantiation
+    def trace_of(self, config: ConfigEntity) -> Trace:
+        """The sketch's trace with this config's decisions (before postprocessing)."""
+        knob = config.knob
+        sketch = knob[0] if self.config_space.knobs[0].name == "sketch" and len(self.sketches) > 1 else 0
+        trace = self.sketches[sketch]
+        decisions = dict(trace.decisions)
+        for inst, k in self._bindings[sketch]:
+            entity = self.config_space.knobs[k].entities[knob[k]]
+            if inst.kind.name == "SamplePerfectTile":
+                decisions[inst] = list(entity.size)
+            elif inst.kind.name == "SampleCategorical":
+                cands = [c.value if hasattr(c, "value") else int(c) for c in inst.attrs[0]]
+                decisions[inst] = cands.index(entity.val)
+            else:
+                decisions[inst] = int(entity.val)
+        return Trace(trace.insts, decisions)
+
+    def schedule_of(self, config: ConfigEntity) -> Schedule:
+        """Replay the config and run the postprocessors; a rejected config raises ``InstantiationError``."""
+        sch = Schedule(self.mod)
+        try:
+            self.trace_of(config).apply_to_schedule(sch, remove_postproc=True)
+        except Exception as err:
+            raise InstantiationError(f"replaying the config failed: {str(err).strip().splitlines()[-1]}") from None
+        sch.enter_postproc()
+        for postproc in self.postprocs:
+            try:
+                ok = postproc.apply(sch)
+            except Exception:
+                ok = False
+            if not ok:
+                raise InstantiationError(f"postprocessor {type(postproc).__name__} rejected the config")
+        return sch
+
+    def instantiate(self, config: ConfigEntity) -> tvm.IRModule:
+        return self.schedule_of(config).mod
+
+    def default_module(self) -> tvm.IRModule:
+        return self.mod
+
+
+def create_from_primfunc(func: Any, target: Any, name: str = "main", weight: int = 1) -> TraceTask:
+    """A task whose knobs are MetaSchedule's design-space decisions for ``func`` on ``target``.
+
+    ``func`` is a ``tvm.tirx.PrimFunc`` (e.g. from ``te.create_prim_func``) or an IRModule with
+    one PrimFunc. No template is needed.
+    """
+    return TraceTask(name, func, target, weight)

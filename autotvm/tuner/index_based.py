@@ -1,0 +1,69 @@
+"""Baselines that walk the index space: uniform random and grid search."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .tuner import Tuner
+
+
+class RandomTuner(Tuner):
+    """Uniform random configs, never one already visited.
+
+    ``range_idx=(start, end)`` (inclusive) restricts the search to a slice of the index space.
+    """
+
+    def __init__(self, task: Any, range_idx: tuple[int, int] | None = None, seed: int | None = None) -> None:
+        super().__init__(task, seed=seed)
+        length = len(self.space)
+        self.range = range_idx if range_idx is not None else (0, length - 1)
+        if not (0 <= self.range[0] <= self.range[1] < length):
+            raise ValueError(f"range_idx {range_idx} is outside [0, {length - 1}]")
+
+    def _in_range(self) -> int:
+        start, end = self.range
+        return sum(1 for v in self.visited if start <= v <= end) if (start, end) != (0, len(self.space) - 1) \
+            else len(self.visited)
+
+    def has_next(self) -> bool:
+        return self._in_range() < self.range[1] - self.range[0] + 1
+
+    def next_batch(self, batch_size: int) -> list:
+        start, end = self.range
+        full = (start, end) == (0, len(self.space) - 1)
+        batch, chosen = [], set()
+        while len(batch) < batch_size and self._in_range() + len(batch) < end - start + 1:
+            if full:
+                index = self.space.get_rand_index(self.rng, to_exclude=self.visited | chosen)
+            else:
+                index = int(self.rng.integers(start, end + 1))
+                if index in self.visited or index in chosen:
+                    continue
+            chosen.add(index)
+            batch.append(self.space.get(index))
+        return batch
+
+
+class GridSearchTuner(Tuner):
+    """Configs in index order, skipping visited ones."""
+
+    def __init__(self, task: Any, range_idx: tuple[int, int] | None = None, seed: int | None = None) -> None:
+        super().__init__(task, seed=seed)
+        self.range = range_idx if range_idx is not None else (0, len(self.space) - 1)
+        self.counter = self.range[0]
+
+    def has_next(self) -> bool:
+        while self.counter <= self.range[1] and self.counter in self.visited:
+            self.counter += 1
+        return self.counter <= self.range[1]
+
+    def next_batch(self, batch_size: int) -> list:
+        batch = []
+        while len(batch) < batch_size and self.has_next():
+            batch.append(self.space.get(self.counter))
+            self.counter += 1
+        return batch
+
+    def reset(self) -> None:
+        super().reset()
+        self.counter = self.range[0]

@@ -1,0 +1,159 @@
+"""The base ``Tuner``: AutoTVM's contract for proposing, measuring and learning from configs."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from ..env import AutoTVMError
+from ..measure.measure import MeasureInput, MeasureResult, create_measure_batch
+from ..record import load_records, workload_key
+
+logger = logging.getLogger("autotvm")
+
+
+class Tuner:
+    """Propose configs of ``task`` in batches, learn from their measurements.
+
+    Subclasses implement ``next_batch`` and ``has_next`` and may override ``update``. The base
+    class keeps ``visited`` (every index proposed or loaded), so no config is measured twice,
+    and the best so far (``best_config``, ``best_flops``, ``best_measure_pair``, ``best_iter``).
+    ``seed`` makes proposals deterministic for the same measurements.
+    """
+
+    def __init__(self, task: Any, seed: int | None = None, **kwargs: Any) -> None:
+        self.task = task
+        self.space = task.config_space
+        self.seed = seed
+        self.rng = np.random.default_rng(seed)
+        self.visited: set[int] = set()
+        self.error_ct_threshold = 150
+        self.reset_best()
+        self.ttl = None
+        self.n_trial = None
+        self.early_stopping = None
+        self.tuner_seconds = 0.0  # time spent in next_batch + update: the tuner's overhead
+        self.measure_seconds = 0.0
+        self.history: list[dict] = []  # one row per trial: index, flops, best_flops, error_no
+
+    def reset_best(self) -> None:
+        self.best_config = None
+        self.best_flops = 0.0
+        self.best_measure_pair = None
+        self.best_iter = 0
+
+    # -- to implement
+    def has_next(self) -> bool:
+        raise NotImplementedError
+
+    def next_batch(self, batch_size: int) -> list:
+        raise NotImplementedError
+
+    def update(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
+        """Learn from a measured batch (no-op by default)."""
+
+    def reset(self) -> None:
+        """Forget everything learned and visited."""
+        self.visited.clear()
+        self.reset_best()
+        self.history.clear()
+        self.rng = np.random.default_rng(self.seed)
+
+    # -- shared helpers
+    def flops_of(self, result: MeasureResult) -> float:
+        """FLOP/s of a result; a failed trial counts as 0."""
+        return self.task.flop / result.mean_cost if result.ok and result.mean_cost > 0 else 0.0
+
+    def load_history(self, records: Any, min_seed_records: int = 500) -> int:
+        """Take this task's past records: mark them visited, keep the best, learn from them.
+
+        Returns how many records matched. Tuning afterwards never re-measures them.
+        """
+        inputs, results = [], []
+        key = workload_key(self.task)
+        for inp, res in load_records(records):
+            if workload_key(inp.task) != key:
+                continue
+            try:
+                cfg = inp.config.bind(self.task) if hasattr(inp.config, "bind") else inp.config
+            except Exception:
+                continue
+            self.visited.add(cfg.index)
+            inputs.append(MeasureInput(self.task.target, self.task, cfg))
+            results.append(res)
+            flops = self.flops_of(res)
+            if flops > self.best_flops:
+                self.best_flops, self.best_config, self.best_measure_pair = flops, cfg, (inputs[-1], res)
+        if inputs:
+            self.learn_history(inputs, results)
+        return len(inputs)
+
+    def learn_history(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
+        """Hook for tuners that learn from loaded records (the model-based ones)."""
+
+    def _timed(self, func: Callable, *args: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return func(*args)
+        finally:
+            self.tuner_seconds += time.perf_counter() - start
+
+    # -- the loop
+    def tune(self, n_trial: int, measure_option: dict, early_stopping: int | None = None,
+             callbacks: Iterable[Callable] = (), si_prefix: str = "G") -> None:
+        """Measure up to ``n_trial`` new configs in batches of the builder's parallelism.
+
+        Stops early after ``early_stopping`` trials without improvement. Every callback is
+        called once per batch as ``callback(tuner, inputs, results)``.
+        """
+        if not isinstance(n_trial, (int, np.integer)) or isinstance(n_trial, bool) or n_trial <= 0:
+            raise AutoTVMError(f"n_trial must be a positive integer, got {n_trial!r}")
+        if early_stopping is not None and early_stopping <= 0:
+            raise AutoTVMError(f"early_stopping must be a positive integer or None, got {early_stopping!r}")
+        measure_batch = create_measure_batch(self.task, measure_option)
+        n_parallel = measure_batch.n_parallel
+        self.n_trial = n_trial
+        self.early_stopping = early_stopping if early_stopping is not None else n_trial + 1
+        callbacks = list(callbacks)
+        start = time.perf_counter()
+        i = error_ct = 0
+        self.best_iter = 0
+        while i < n_trial and self._timed(self.has_next):
+            configs = self._timed(self.next_batch, min(n_parallel, n_trial - i))
+            if not configs:
+                break
+            configs = configs[: n_trial - i]
+            self.visited.update(c.index for c in configs)
+            inputs = [MeasureInput(self.task.target, self.task, c) for c in configs]
+            t0 = time.perf_counter()
+            results = measure_batch(inputs)
+            self.measure_seconds += time.perf_counter() - t0
+            for k, (inp, res) in enumerate(zip(inputs, results)):
+                flops = self.flops_of(res)
+                if flops > self.best_flops:
+                    self.best_flops, self.best_config = flops, inp.config
+                    self.best_measure_pair, self.best_iter = (inp, res), i + k
+                error_ct = 0 if res.ok else error_ct + 1
+                self.history.append({"trial": i + k, "index": inp.config.index, "flops": flops,
+                                     "best_flops": self.best_flops, "error_no": int(res.error_no),
+                                     "elapsed": time.perf_counter() - start})
+                if not res.ok:
+                    logger.debug("trial %d failed (error %d): %s", i + k, res.error_no, res.error_message)
+            i += len(results)
+            self.ttl = min(self.early_stopping + self.best_iter, n_trial) - i
+            self._timed(self.update, inputs, results)
+            for callback in callbacks:
+                callback(self, inputs, results)
+            if i >= self.best_iter + self.early_stopping:
+                logger.info("early stopped at trial %d: no improvement in %d trials", i, self.early_stopping)
+                break
+            if error_ct > self.error_ct_threshold:
+                logger.warning("%d consecutive failed trials; last error: %s", error_ct, results[-1].error_message)
+                error_ct = 0
+        self.wall_seconds = time.perf_counter() - start
+        if self.history and all(row["error_no"] for row in self.history[-i:]):
+            logger.warning("every trial of %s failed; first error: %s", self.task.name,
+                           next((r.error_message for r in results if not r.ok), "?"))
