@@ -9,6 +9,7 @@ template calling ``define_*`` or from the sampling decisions of a MetaSchedule d
 from __future__ import annotations
 
 import itertools
+import sys
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
@@ -253,7 +254,8 @@ class ConfigSpace:
         return math.prod(self.dims)
 
     def __len__(self) -> int:
-        return self.range_length
+        """``range_length``, capped at ``sys.maxsize`` (Python's limit; such a space is never exhausted)."""
+        return min(self.range_length, sys.maxsize)
 
     def point2knob(self, point: int) -> list[int]:
         """Index -> knob vector, first knob least significant."""

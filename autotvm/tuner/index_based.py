@@ -15,14 +15,14 @@ class RandomTuner(Tuner):
 
     def __init__(self, task: Any, range_idx: tuple[int, int] | None = None, seed: int | None = None) -> None:
         super().__init__(task, seed=seed)
-        length = len(self.space)
+        length = self.space.range_length
         self.range = range_idx if range_idx is not None else (0, length - 1)
         if not (0 <= self.range[0] <= self.range[1] < length):
             raise ValueError(f"range_idx {range_idx} is outside [0, {length - 1}]")
 
     def _in_range(self) -> int:
         start, end = self.range
-        return sum(1 for v in self.visited if start <= v <= end) if (start, end) != (0, len(self.space) - 1) \
+        return sum(1 for v in self.visited if start <= v <= end) if (start, end) != (0, self.space.range_length - 1) \
             else len(self.visited)
 
     def has_next(self) -> bool:
@@ -30,7 +30,7 @@ class RandomTuner(Tuner):
 
     def next_batch(self, batch_size: int) -> list:
         start, end = self.range
-        full = (start, end) == (0, len(self.space) - 1)
+        full = (start, end) == (0, self.space.range_length - 1)
         batch, chosen = [], set()
         while len(batch) < batch_size and self._in_range() + len(batch) < end - start + 1:
             if full:
@@ -49,7 +49,7 @@ class GridSearchTuner(Tuner):
 
     def __init__(self, task: Any, range_idx: tuple[int, int] | None = None, seed: int | None = None) -> None:
         super().__init__(task, seed=seed)
-        self.range = range_idx if range_idx is not None else (0, len(self.space) - 1)
+        self.range = range_idx if range_idx is not None else (0, self.space.range_length - 1)
         self.counter = self.range[0]
 
     def has_next(self) -> bool:

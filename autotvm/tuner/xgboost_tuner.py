@@ -141,11 +141,11 @@ class XGBTuner(Tuner):
 
     # -- tuner interface
     def has_next(self) -> bool:
-        return len(self.visited) < len(self.space)
+        return len(self.visited) < self.space.range_length
 
     def next_batch(self, batch_size: int) -> list:
         batch, chosen = [], set()
-        while len(batch) < batch_size and len(self.visited) + len(chosen) < len(self.space):
+        while len(batch) < batch_size and len(self.visited) + len(chosen) < self.space.range_length:
             index = None
             while self.plan:
                 cand = self.plan.pop(0)

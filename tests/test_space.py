@@ -1,0 +1,111 @@
+"""ConfigSpace semantics: index algebra, sampling, JSON round-trips, knob definitions."""
+
+import numpy as np
+import pytest
+
+from autotvm.task.space import ConfigSpace, InstantiationError, factorizations
+
+
+def _space():
+    space = ConfigSpace()
+    space.define_split("tile", 16, num_outputs=3)
+    space.define_reorder("order", [0, 1, 2], policy="all")
+    space.define_annotate("ann", [0, 1], policy="try_unroll_vec")
+    space.define_knob("unroll", [0, 16, 64])
+    return space
+
+
+def test_dims_and_length():
+    space = _space()
+    assert space.dims == [15, 6, 6, 3]
+    assert len(space) == 15 * 6 * 6 * 3
+
+
+def test_point2knob_knob2point_roundtrip_first_knob_least_significant():
+    space = _space()
+    for point in range(len(space)):
+        knob = space.point2knob(point)
+        assert space.knob2point(knob) == point
+        assert all(0 <= k < d for k, d in zip(knob, space.dims))
+    assert space.point2knob(1) == [1, 0, 0, 0]
+    assert space.point2knob(15) == [0, 1, 0, 0]
+
+
+def test_get_and_entities():
+    space = _space()
+    cfg = space.get(15 * 6 * 6 * 2 + 1)
+    assert cfg["unroll"].val == 64
+    assert np.prod(cfg["tile"].size) == 16
+    with pytest.raises(IndexError):
+        space.get(len(space))
+
+
+def test_json_roundtrip():
+    space = _space()
+    for index in (0, 7, 500, len(space) - 1):
+        cfg = space.get(index)
+        back = space.from_json_dict(cfg.to_json_dict())
+        assert back.index == index and back.knob == cfg.knob
+    entity = space.get(3).to_json_dict()["entity"]
+    assert entity[0][0] == "tile" and entity[0][1] == "sp" and entity[0][2][0] == -1
+
+
+def test_from_json_rejects_a_foreign_config():
+    space = _space()
+    bad = space.get(0).to_json_dict()
+    bad["entity"][3][2] = 7
+    with pytest.raises(InstantiationError):
+        space.from_json_dict(bad)
+
+
+def test_sample_ints_distinct_and_in_range():
+    space = _space()
+    rng = np.random.default_rng(0)
+    sample = space.sample_ints(100, rng)
+    assert len(sample) == len(set(sample)) == 100
+    assert all(space.is_index_valid(i) for i in sample)
+    assert sorted(space.sample_ints(len(space) + 5, rng)) == list(range(len(space)))
+
+
+def test_random_walk_changes_exactly_one_knob():
+    space = _space()
+    rng = np.random.default_rng(1)
+    for point in space.sample_ints(50, rng):
+        new = space.random_walk(point, rng)
+        diff = [a != b for a, b in zip(space.point2knob(point), space.point2knob(new))]
+        assert sum(diff) == 1
+
+
+def test_get_rand_index_excludes():
+    space = ConfigSpace()
+    space.define_knob("x", list(range(10)))
+    rng = np.random.default_rng(0)
+    exclude = set(range(9))
+    assert space.get_rand_index(rng, to_exclude=exclude) == 9
+
+
+def test_factorizations_and_power2():
+    facts = factorizations(12, 2)
+    assert facts == [(1, 12), (2, 6), (3, 4), (4, 3), (6, 2), (12, 1)]
+    assert factorizations(16, 2, max_innermost=4) == [(4, 4), (8, 2), (16, 1)]
+    assert all(a & (a - 1) == 0 and b & (b - 1) == 0 for a, b in factorizations(24, 2, power2=True))
+
+
+def test_knob_features_match_feature_matrix():
+    space = _space()
+    rng = np.random.default_rng(2)
+    knobs = np.array([space.point2knob(p) for p in space.sample_ints(20, rng)])
+    matrix = space.feature_matrix(knobs)
+    for row, knob in zip(matrix, knobs):
+        np.testing.assert_allclose(row, space.get(space.knob2point(knob)).get_flatten_feature())
+
+
+def test_large_space_is_exact():
+    space = ConfigSpace()
+    for i in range(12):
+        space.define_knob(f"k{i}", list(range(97)))
+    assert space.range_length == 97**12
+    big = space.range_length - 1
+    assert space.knob2point(space.point2knob(big)) == big
+    rng = np.random.default_rng(0)
+    assert len(set(space.sample_ints(50, rng))) == 50

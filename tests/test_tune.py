@@ -1,0 +1,75 @@
+"""Tuner.tune contract on real measurements: budget, early stopping, logs, no duplicates."""
+
+import json
+
+import pytest
+
+import autotvm
+from autotvm.tuner import GridSearchTuner, RandomTuner, XGBTuner
+
+
+def _log_rows(path):
+    return [json.loads(line) for line in open(path)]
+
+
+@pytest.mark.parametrize("tuner_cls", [RandomTuner, GridSearchTuner, XGBTuner])
+def test_budget_log_and_no_duplicates(tuner_cls, matmul_task, measure_opt, tmp_path):
+    log = tmp_path / "log.json"
+    kwargs = {"plan_size": 8} if tuner_cls is XGBTuner else {}
+    tuner = tuner_cls(matmul_task, seed=0, **kwargs)
+    batches = []
+    tuner.tune(13, measure_opt, callbacks=[autotvm.callback.log_to_file(str(log)),
+                                          lambda t, i, r: batches.append(len(r))])
+    rows = _log_rows(log)
+    assert len(rows) == sum(batches) == 13  # never exceeds n_trial, every trial logged
+    assert all(b <= 2 for b in batches) and batches[:-1] == [2] * (len(batches) - 1)
+    indices = [row["config"]["index"] for row in rows]
+    assert len(set(indices)) == len(indices)
+    assert tuner.best_flops > 0 and tuner.best_config is not None
+    best_row = min((r for r in rows if r["result"][1] == 0), key=lambda r: sum(r["result"][0]) / len(r["result"][0]))
+    assert best_row["config"]["index"] == tuner.best_config.index
+
+
+def test_early_stopping(measure_opt):
+    from tvm import te
+    from tvm.s_tir import Schedule
+
+    @autotvm.template("test/flat")
+    def flat(n):
+        cfg = autotvm.get_config()
+        cfg.define_knob("dummy", list(range(40)))
+        a = te.placeholder((n,), name="a")
+        b = te.compute((n,), lambda i: a[i] + 1.0, name="b")
+        return Schedule(te.create_prim_func([a, b])), [a, b]
+
+    task = autotvm.task.create("test/flat", (16,), "llvm")
+    tuner = GridSearchTuner(task)
+    tuner.tune(40, measure_opt, early_stopping=4)
+    # all configs build the same program: stop soon after the best stops improving
+    assert len(tuner.history) <= tuner.best_iter + 4 + 1
+    assert len(tuner.history) < 40
+
+
+def test_resume_never_remeasures(matmul_task, measure_opt, tmp_path):
+    log = tmp_path / "log.json"
+    first = RandomTuner(matmul_task, seed=1)
+    first.tune(6, measure_opt, callbacks=[autotvm.callback.log_to_file(str(log))])
+    second = RandomTuner(matmul_task, seed=1)
+    assert second.load_history(str(log)) == 6
+    second.tune(6, measure_opt, callbacks=[autotvm.callback.log_to_file(str(log))])
+    indices = [row["config"]["index"] for row in _log_rows(log)]
+    assert len(indices) == 12 and len(set(indices)) == 12
+
+
+def test_seed_makes_proposals_deterministic(matmul_task):
+    a, b = XGBTuner(matmul_task, seed=5), XGBTuner(matmul_task, seed=5)
+    assert [c.index for c in a.next_batch(8)] == [c.index for c in b.next_batch(8)]
+    r1, r2 = RandomTuner(matmul_task, seed=5), RandomTuner(matmul_task, seed=5)
+    assert [c.index for c in r1.next_batch(8)] == [c.index for c in r2.next_batch(8)]
+
+
+def test_xgb_program_features(matmul_task, measure_opt):
+    tuner = XGBTuner(matmul_task, plan_size=6, feature_type="program", seed=0)
+    tuner.tune(10, measure_opt)
+    assert tuner.model is not None and len(tuner.ys) == 10
+    assert len({row["index"] for row in tuner.history}) == 10
