@@ -59,13 +59,16 @@ def workload_key(task: Any) -> tuple:
 def encode(inp: MeasureInput, result: MeasureResult) -> str:
     """One JSON line: input (target, task name, args), config, result, version."""
     costs = list(result.costs) if result.ok else [FAILED_COST]
-    return json.dumps({
+    row = {
         "input": [str(inp.target), inp.task.name, list(inp.task.args), {}],
         "config": inp.config.to_json_dict(),
         "result": [costs, int(result.error_no), float(result.all_cost), float(result.timestamp)],
         "version": AUTOTVM_LOG_VERSION,
         "tvm_version": tvm.__version__,
-    })
+    }
+    if not result.ok:  # an extra key: AutoTVM readers ignore it, people debugging need it
+        row["error_msg"] = result.error_message
+    return json.dumps(row)
 
 
 def decode(line: str) -> tuple[MeasureInput, MeasureResult]:
@@ -75,6 +78,8 @@ def decode(line: str) -> tuple[MeasureInput, MeasureResult]:
     costs, error_no, all_cost, timestamp = row["result"]
     task = RecordTask(target, name, args)
     inp = MeasureInput(target, task, RecordConfig(row["config"]))
+    if int(error_no) != 0:
+        costs = [row.get("error_msg", "failed")]
     return inp, MeasureResult(tuple(costs), int(error_no), float(all_cost), float(timestamp))
 
 

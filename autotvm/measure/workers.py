@@ -37,7 +37,7 @@ def build_artifact(mod: Any, target: Any, out_dir: str, remove_layout_rewrite: b
     build (weights are taken as pre-laid-out, MetaSchedule's convention); with ``check`` a second
     library that keeps the rewrite is built so its output can be compared with the reference.
     """
-    import tvm
+    import tvm_ffi
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
     start = time.perf_counter()
@@ -45,7 +45,7 @@ def build_artifact(mod: Any, target: Any, out_dir: str, remove_layout_rewrite: b
     path = _compile(timed, target, out_dir, "")
     check_path = None
     if check:
-        check_path = path if timed is mod or tvm.ir.structural_equal(timed, mod) else _compile(mod, target, out_dir, "_check")
+        check_path = path if timed is mod or tvm_ffi.structural_equal(timed, mod) else _compile(mod, target, out_dir, "_check")
     return path, _arg_info(timed), check_path, _arg_info(mod), time.perf_counter() - start
 
 

@@ -1,0 +1,73 @@
+"""log -> load -> apply_history_best reproduces the best config, which runs faster than untuned."""
+
+import json
+
+import numpy as np
+import pytest
+import tvm
+
+import autotvm
+from autotvm.record import load_from_file, pick_best
+from autotvm.tuner import RandomTuner
+
+from conftest import matmul_template
+
+
+def _seconds(mod, target):
+    lib = tvm.compile(mod, target=target)
+    dev = tvm.cpu()
+    args = [tvm.runtime.tensor(np.random.rand(*[int(x) for x in p.shape]).astype(p.dtype), dev)
+            for p in mod["main"].params]
+    return lib.mod.time_evaluator("main", dev, number=20, repeat=5)(*args).median
+
+
+def test_apply_history_best_reproduces_best_and_is_faster(matmul_task, measure_opt, tmp_path):
+    log = str(tmp_path / "mm.json")
+    tuner = RandomTuner(matmul_task, seed=0)
+    tuner.tune(16, measure_opt, callbacks=[autotvm.callback.log_to_file(log)])
+    records = list(load_from_file(log))
+    assert len(records) == 16
+    (best_inp, best_res), = pick_best(records).values()
+    assert best_inp.config.index == tuner.best_config.index
+    with autotvm.apply_history_best(log):
+        tuned = matmul_task.instantiate_best()
+    assert tuned.script() == matmul_task.instantiate(tuner.best_config).script()
+    untuned = matmul_task.default_module()
+    assert _seconds(tuned, matmul_task.target) < _seconds(untuned, matmul_task.target) / 2
+
+
+def test_template_called_inside_context_uses_best(template_task, measure_opt, tmp_path):
+    log = str(tmp_path / "t.json")
+    tuner = RandomTuner(template_task, seed=0)
+    tuner.tune(6, measure_opt, callbacks=[autotvm.callback.log_to_file(log)])
+    with autotvm.apply_history_best(log):
+        mod, signature = matmul_template(32, 32, 32)
+    assert mod.script() == template_task.instantiate(tuner.best_config).script()
+    assert signature[0] == ["TENSOR", [32, 32], "float32"]
+    outside, _ = matmul_template(32, 32, 32)
+    assert outside.script() == template_task.default_module().script()
+
+
+def test_corrupt_and_truncated_lines_are_skipped(matmul_task, measure_opt, tmp_path, caplog):
+    log = tmp_path / "c.json"
+    RandomTuner(matmul_task, seed=3).tune(4, measure_opt, callbacks=[autotvm.callback.log_to_file(str(log))])
+    text = log.read_text().splitlines()
+    text.insert(1, "{not json")
+    text.append(text[-1][: len(text[-1]) // 2])  # a line cut by an interrupted write
+    log.write_text("\n".join(["# comment", *text]) + "\n")
+    with caplog.at_level("WARNING", logger="autotvm"):
+        records = list(load_from_file(str(log)))
+    assert len(records) == 4
+    assert sum("skipping corrupt record" in r.message for r in caplog.records) == 2
+
+
+def test_record_layout_is_autotvms(matmul_task, measure_opt, tmp_path):
+    log = tmp_path / "l.json"
+    RandomTuner(matmul_task, seed=4).tune(2, measure_opt, callbacks=[autotvm.callback.log_to_file(str(log))])
+    row = json.loads(log.read_text().splitlines()[0])
+    target, name, args, extra = row["input"]
+    assert json.loads(target)["kind"] == "llvm" and name == "mm64" and args[0][0] == "TENSOR" and extra == {}
+    assert set(row["config"]) == {"index", "code_hash", "entity"}
+    costs, error_no, all_cost, timestamp = row["result"]
+    assert error_no == 0 and all(c > 0 for c in costs) and all_cost > 0 and timestamp > 1.7e9
+    assert row["version"] == 0.2
