@@ -114,7 +114,11 @@ class Tuner:
         if early_stopping is not None and early_stopping <= 0:
             raise AutoTVMError(f"early_stopping must be a positive integer or None, got {early_stopping!r}")
         measure_batch = create_measure_batch(self.task, measure_option)
-        n_parallel = measure_batch.n_parallel
+        self.run_loop(measure_batch, measure_batch.n_parallel, n_trial, early_stopping, callbacks)
+
+    def run_loop(self, measure_batch: Callable, n_parallel: int, n_trial: int, early_stopping: int | None = None,
+                 callbacks: Iterable[Callable] = ()) -> None:
+        """The loop of ``tune`` with any measure function (``inputs -> results``), e.g. a synthetic one."""
         self.n_trial = n_trial
         self.early_stopping = early_stopping if early_stopping is not None else n_trial + 1
         callbacks = list(callbacks)

@@ -1,0 +1,139 @@
+"""Plumbing shared by genetic tuners: a fixed-size population bred one batch at a time.
+
+A generation is ``pop_size`` members: the ``elite_num`` best of the previous population (kept,
+never re-measured) plus children bred from it. Children are bred lazily, ``batch_size`` at a
+time, so every batch is full and the trial budget is exact. When a batch straddles two
+generations, the first children of the new generation are bred from the members already
+measured (the few still in flight are left out of the parent pool). No config is proposed twice:
+a child that lands on a visited config is redrawn by ``repair``, and when fewer unvisited
+configs remain than a generation needs, the rest of the space is enumerated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..measure.measure import MeasureInput, MeasureResult
+from .tuner import Tuner
+
+
+@dataclass
+class Member:
+    knob: list[int]
+    index: int
+    score: float | None = None  # FLOP/s once measured (0 for a failed config)
+    info: Any = None  # what the breeder wants to remember about how the child was made
+
+
+class PopulationTuner(Tuner):
+    """Subclasses implement ``breed(parents, probs) -> (knob, info)`` and may override ``on_measured``."""
+
+    def __init__(self, task: Any, pop_size: int = 100, elite_num: int = 3, seed: int | None = None) -> None:
+        super().__init__(task, seed=seed)
+        if pop_size < 2:
+            raise ValueError(f"pop_size must be >= 2, got {pop_size}")
+        if not 0 <= elite_num < pop_size:
+            raise ValueError(f"elite_num must be in [0, pop_size), got {elite_num}")
+        self.pop_size, self.elite_num = pop_size, elite_num
+        self.dims = self.space.dims
+        self._reset_population()
+
+    def _reset_population(self) -> None:
+        self.generation = 0
+        self.population: list[Member] = []
+        self.parents: list[Member] = []
+        self.parent_probs = np.zeros(0)
+        self.to_breed = self.pop_size
+        self.by_index: dict[int, Member] = {}
+        self.scores: dict[int, float] = {}
+
+    def reset(self) -> None:
+        super().reset()
+        self._reset_population()
+
+    # -- what subclasses provide
+    def breed(self, parents: list[Member], probs: np.ndarray) -> tuple[list[int], Any]:
+        raise NotImplementedError
+
+    def repair(self, knob: list[int], info: Any, taken: set[int]) -> tuple[list[int], Any] | None:
+        """Turn a child that is already visited into an unvisited one (``None`` to give up)."""
+        for _ in range(32):
+            point = self.space.random_walk(self.space.knob2point(knob), self.rng)
+            if point not in taken:
+                return self.space.point2knob(point), info
+        return None
+
+    def on_measured(self, member: Member, flops: float) -> None:
+        """Hook: a child of this tuner has been measured."""
+
+    def on_generation(self) -> None:
+        """Hook: a new generation starts (``self.parents`` and ``self.parent_probs`` are set)."""
+
+    # -- generations
+    def _start_generation(self) -> None:
+        scored = [m for m in self.population if m.score is not None]
+        scored.sort(key=lambda m: m.score, reverse=True)
+        elites = scored[: self.elite_num]
+        self.parents = scored
+        scores = np.array([m.score for m in scored], dtype=np.float64) + 1e-8
+        self.parent_probs = scores / scores.sum()
+        self.population = [Member(list(m.knob), m.index, m.score) for m in elites]
+        self.to_breed = self.pop_size - len(elites)
+        self.generation += 1
+        self.on_generation()
+
+    def _unvisited_left(self, taken: set[int]) -> int:
+        return self.space.range_length - len(taken)
+
+    def has_next(self) -> bool:
+        return len(self.visited) < self.space.range_length
+
+    def next_batch(self, batch_size: int) -> list:
+        taken = set(self.visited)
+        batch = []
+        while len(batch) < batch_size and self._unvisited_left(taken) > 0:
+            if self.to_breed == 0:
+                self._start_generation()
+            member = self._propose(taken)
+            taken.add(member.index)
+            self.population.append(member)
+            self.by_index[member.index] = member
+            self.to_breed -= 1
+            batch.append(self.space.get(member.index))
+        return batch
+
+    def _propose(self, taken: set[int]) -> Member:
+        if self.generation == 0 or len(self.parents) == 0 or self._unvisited_left(taken) <= self.pop_size:
+            return self._random_member(taken)
+        knob, info = self.breed(self.parents, self.parent_probs)
+        if self.space.knob2point(knob) in taken:
+            repaired = self.repair(knob, info, taken)
+            if repaired is None:
+                return self._random_member(taken)
+            knob, info = repaired
+        return Member(list(knob), self.space.knob2point(knob), None, info)
+
+    def _random_member(self, taken: set[int]) -> Member:
+        if self._unvisited_left(taken) <= self.pop_size and self.space.range_length < 10**7:
+            index = next(i for i in range(self.space.range_length) if i not in taken)  # enumerate the rest
+        else:
+            index = self.space.get_rand_index(self.rng, to_exclude=taken)
+        return Member(self.space.point2knob(index), index)
+
+    def update(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
+        for inp, res in zip(inputs, results):
+            flops = self.flops_of(res)
+            self.scores[inp.config.index] = flops
+            member = self.by_index.pop(inp.config.index, None)
+            if member is None:
+                continue
+            member.score = flops
+            self.on_measured(member, flops)
+
+    def select_parents(self, parents: list[Member], probs: np.ndarray) -> tuple[Member, Member]:
+        """Two parents, fitness-proportional (with replacement, as AutoTVM's GA)."""
+        i, j = self.rng.choice(len(parents), size=2, p=probs)
+        return parents[int(i)], parents[int(j)]

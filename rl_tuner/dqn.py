@@ -1,0 +1,199 @@
+"""A small deep Q-network agent in plain PyTorch (read it top to bottom, CleanRL style).
+
+Knows nothing of TVM: states are float vectors, actions are ints, invalid actions are masked.
+MLP Q-network, replay buffer, target network, epsilon-greedy with linear decay, Huber loss,
+optional double DQN, configurable gamma, a training step every ``train_every`` transitions
+after ``learning_starts`` transitions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+
+
+@dataclass
+class DQNConfig:
+    """Hyperparameters of one agent (saved with it)."""
+
+    hidden: tuple[int, ...] = (64, 64)
+    lr: float = 1e-3
+    gamma: float = 0.0  # choosing a cut point or a knob is close to a contextual bandit
+    buffer_size: int = 5000
+    batch_size: int = 32
+    train_every: int = 1
+    learning_starts: int = 16
+    target_update: int = 50  # gradient steps between target-network syncs
+    eps_start: float = 1.0
+    eps_end: float = 0.05
+    eps_decay_steps: int = 100  # actions over which epsilon decays linearly
+    double_dqn: bool = True
+    grad_clip: float = 10.0
+    device: str = "cpu"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class QNetwork(nn.Module):
+    def __init__(self, state_dim: int, n_actions: int, hidden: tuple[int, ...]) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        width = state_dim
+        for h in hidden:
+            layers += [nn.Linear(width, h), nn.ReLU()]
+            width = h
+        head = nn.Linear(width, n_actions)
+        # start from Q = 0 everywhere: rewards are small, and random initial values would
+        # drown the differences between actions that the first few rewards reveal
+        nn.init.zeros_(head.weight)
+        nn.init.zeros_(head.bias)
+        layers.append(head)
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class ReplayBuffer:
+    """A circular buffer of (state, action, reward, next_state, next_mask, done)."""
+
+    def __init__(self, size: int, state_dim: int, n_actions: int) -> None:
+        self.size, self.pos, self.full = size, 0, False
+        self.states = np.zeros((size, state_dim), np.float32)
+        self.next_states = np.zeros((size, state_dim), np.float32)
+        self.next_masks = np.ones((size, n_actions), bool)
+        self.actions = np.zeros(size, np.int64)
+        self.rewards = np.zeros(size, np.float32)
+        self.dones = np.zeros(size, np.float32)
+
+    def __len__(self) -> int:
+        return self.size if self.full else self.pos
+
+    def add(self, state, action, reward, next_state, next_mask, done) -> None:
+        i = self.pos
+        self.states[i], self.actions[i], self.rewards[i] = state, action, reward
+        self.next_states[i], self.next_masks[i], self.dones[i] = next_state, next_mask, float(done)
+        self.pos = (self.pos + 1) % self.size
+        self.full = self.full or self.pos == 0
+
+    def sample(self, batch_size: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        """A random batch that always contains the newest transition."""
+        n = len(self)
+        idx = rng.integers(0, n, size=min(batch_size, n))
+        idx[0] = (self.pos - 1) % self.size
+        return {"states": self.states[idx], "actions": self.actions[idx], "rewards": self.rewards[idx],
+                "next_states": self.next_states[idx], "next_masks": self.next_masks[idx], "dones": self.dones[idx]}
+
+
+@dataclass
+class StepLog:
+    loss: float | None = None
+    epsilon: float = 1.0
+    extra: dict = field(default_factory=dict)
+
+
+class DQNAgent:
+    """Epsilon-greedy DQN over ``n_actions`` with per-state action masks."""
+
+    def __init__(self, state_dim: int, n_actions: int, config: DQNConfig | None = None, seed: int | None = None) -> None:
+        self.config = config or DQNConfig()
+        self.state_dim, self.n_actions = state_dim, n_actions
+        self.rng = np.random.default_rng(seed)
+        if seed is not None:
+            torch.manual_seed(seed)
+        self.device = torch.device(self.config.device)
+        self.q = QNetwork(state_dim, n_actions, self.config.hidden).to(self.device)
+        self.target = QNetwork(state_dim, n_actions, self.config.hidden).to(self.device)
+        self.target.load_state_dict(self.q.state_dict())
+        self.optimizer = torch.optim.Adam(self.q.parameters(), lr=self.config.lr)
+        self.buffer = ReplayBuffer(self.config.buffer_size, state_dim, n_actions)
+        self.actions_taken = 0
+        self.transitions = 0
+        self.gradient_steps = 0
+        self.training = True  # False: act greedily and never learn (a loaded agent used as is)
+
+    @property
+    def epsilon(self) -> float:
+        if not self.training:
+            return 0.0
+        c = self.config
+        frac = min(1.0, self.actions_taken / max(1, c.eps_decay_steps))
+        return c.eps_start + frac * (c.eps_end - c.eps_start)
+
+    def q_values(self, state: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            x = torch.as_tensor(state, dtype=torch.float32, device=self.device).unsqueeze(0)
+            return self.q(x)[0].cpu().numpy()
+
+    def greedy_action(self, state: np.ndarray, mask: np.ndarray) -> int:
+        q = self.q_values(state)
+        q[~mask] = -np.inf
+        return int(np.argmax(q))
+
+    def act(self, state: np.ndarray, mask: np.ndarray) -> int:
+        """Epsilon-greedy over the valid actions (``mask``)."""
+        eps = self.epsilon
+        self.actions_taken += 1
+        if self.rng.random() < eps:
+            return int(self.rng.choice(np.flatnonzero(mask)))
+        return self.greedy_action(state, mask)
+
+    def observe(self, state, action, reward, next_state, next_mask, done) -> float | None:
+        """Store a transition; train when due. Returns the loss of the step taken, if any."""
+        if not self.training:
+            return None
+        self.buffer.add(state, action, reward, next_state, next_mask, done)
+        self.transitions += 1
+        c = self.config
+        if self.transitions < c.learning_starts or self.transitions % c.train_every:
+            return None
+        return self.train_step()
+
+    def train_step(self) -> float:
+        c = self.config
+        batch = {k: torch.as_tensor(v, device=self.device) for k, v in self.buffer.sample(c.batch_size, self.rng).items()}
+        with torch.no_grad():
+            if c.gamma > 0:
+                masks = batch["next_masks"]
+                target_q = self.target(batch["next_states"])
+                if c.double_dqn:
+                    online = self.q(batch["next_states"]).masked_fill(~masks, -1e9)
+                    best = online.argmax(dim=1, keepdim=True)
+                    next_value = target_q.gather(1, best).squeeze(1)
+                else:
+                    next_value = target_q.masked_fill(~masks, -1e9).max(dim=1).values
+                td_target = batch["rewards"] + c.gamma * next_value * (1 - batch["dones"])
+            else:
+                td_target = batch["rewards"]
+        q = self.q(batch["states"]).gather(1, batch["actions"].unsqueeze(1)).squeeze(1)
+        loss = nn.functional.smooth_l1_loss(q, td_target)
+        self.optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(self.q.parameters(), c.grad_clip)
+        self.optimizer.step()
+        self.gradient_steps += 1
+        if self.gradient_steps % c.target_update == 0:
+            self.target.load_state_dict(self.q.state_dict())
+        return float(loss.item())
+
+    def state_dict(self) -> dict:
+        return {"config": self.config.to_dict(), "state_dim": self.state_dim, "n_actions": self.n_actions,
+                "q": self.q.state_dict(), "target": self.target.state_dict(),
+                "optimizer": self.optimizer.state_dict(), "actions_taken": self.actions_taken,
+                "transitions": self.transitions, "gradient_steps": self.gradient_steps}
+
+    @classmethod
+    def from_state_dict(cls, data: dict, seed: int | None = None) -> "DQNAgent":
+        config = dict(data["config"])
+        config["hidden"] = tuple(config["hidden"])
+        agent = cls(data["state_dim"], data["n_actions"], DQNConfig(**config), seed=seed)
+        agent.q.load_state_dict(data["q"])
+        agent.target.load_state_dict(data["target"])
+        agent.optimizer.load_state_dict(data["optimizer"])
+        agent.actions_taken, agent.transitions = data["actions_taken"], data["transitions"]
+        agent.gradient_steps = data["gradient_steps"]
+        return agent

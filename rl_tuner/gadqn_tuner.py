@@ -1,0 +1,234 @@
+"""``GADQNTuner``: an elitist GA whose crossover point and mutated knob are chosen by two DQNs.
+
+- Crossover agent: state = both parents' normalised genes and normalised fitness; action = a
+  cut point among the n-1 points. A one-knob task has no cut point and skips crossover.
+- Mutation agent: state = the child's normalised genes; action = which knob to redraw.
+- Each agent is trained on exactly the state it acted on, with the child's measured reward.
+- ``action_policy="random"`` is the ablation: the same GA with uniform choices, no networks.
+
+States and actions are padded to ``max_knobs`` (invalid actions masked), so a saved agent can
+start on another task with a different knob count.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import torch
+
+from autotvm.tuner.population import Member, PopulationTuner
+
+from .dqn import DQNAgent, DQNConfig
+
+REWARDS = ("improvement", "score", "r1", "r2", "r3")
+MODES = ("train", "greedy", "continue")
+POLICIES = ("dqn", "random")
+
+
+class GADQNTuner(PopulationTuner):
+    def __init__(self, task: Any, pop_size: int = 32, elite_num: int = 3, reward: str = "improvement",
+                 action_policy: str = "dqn", mode: str = "train", checkpoint: str | None = None,
+                 max_knobs: int | None = None, dqn: DQNConfig | dict | None = None, failure_penalty: float = 0.1,
+                 reward_cap: float = 2.0, seed: int | None = None) -> None:
+        for name, value, allowed in (("reward", reward, REWARDS), ("action_policy", action_policy, POLICIES),
+                                     ("mode", mode, MODES)):
+            if value not in allowed:
+                raise ValueError(f"unknown {name} {value!r}; allowed: {', '.join(allowed)}")
+        if mode != "train" and not checkpoint:
+            raise ValueError(f"mode {mode!r} needs checkpoint=<path of a saved agent>")
+        super().__init__(task, pop_size=pop_size, elite_num=elite_num, seed=seed)
+        self.reward_name, self.action_policy, self.mode = reward, action_policy, mode
+        self.failure_penalty, self.reward_cap = failure_penalty, reward_cap
+        self.n_knobs = len(self.dims)
+        self.dims_arr = np.array(self.dims, dtype=np.float64)
+        self.monitor: list[dict] = []
+        self.initial_mean: float | None = None
+        self.prev_generation_mean = 0.0
+        self._best_seen = self._best_before = 0.0
+        agent_seed = None if seed is None else int(seed)
+        if checkpoint and mode != "train":
+            self.load(checkpoint)
+            if mode == "greedy":
+                self.crossover_agent.training = self.mutation_agent.training = False
+        else:
+            self.max_knobs = max(self.n_knobs, max_knobs or 24)
+            config = dqn if isinstance(dqn, DQNConfig) else DQNConfig(**(dqn or {}))
+            self.crossover_agent = DQNAgent(2 * self.max_knobs + 2, max(self.max_knobs - 1, 1), config, agent_seed)
+            self.mutation_agent = DQNAgent(self.max_knobs, self.max_knobs, config,
+                                           None if agent_seed is None else agent_seed + 1)
+        if self.n_knobs > self.max_knobs:
+            raise ValueError(f"the task has {self.n_knobs} knobs but the agent handles at most {self.max_knobs}")
+
+    # -- states and masks
+    def _genes(self, knob: list[int]) -> np.ndarray:
+        """Knob indices scaled to [0, 1], zero-padded to ``max_knobs``."""
+        out = np.zeros(self.max_knobs, np.float32)
+        out[: self.n_knobs] = np.asarray(knob) / np.maximum(self.dims_arr - 1, 1)
+        return out
+
+    def _fitness(self, score: float | None) -> float:
+        return float(score or 0.0) / self.best_flops if self.best_flops > 0 else 0.0
+
+    def crossover_state(self, p1: Member, p2: Member) -> np.ndarray:
+        return np.concatenate([self._genes(p1.knob), self._genes(p2.knob),
+                               [self._fitness(p1.score), self._fitness(p2.score)]]).astype(np.float32)
+
+    def crossover_mask(self) -> np.ndarray:
+        mask = np.zeros(self.crossover_agent.n_actions, bool)
+        mask[: max(self.n_knobs - 1, 0)] = True  # action a cuts before knob a+1
+        return mask
+
+    def mutation_mask(self) -> np.ndarray:
+        mask = np.zeros(self.max_knobs, bool)
+        mask[: self.n_knobs] = self.dims_arr > 1
+        if not mask.any():
+            mask[0] = True
+        return mask
+
+    # -- choices: the networks, or the uniform ablation
+    def _choose(self, agent: DQNAgent, state: np.ndarray, mask: np.ndarray) -> int:
+        if self.action_policy == "random":
+            return int(self.rng.choice(np.flatnonzero(mask)))
+        return agent.act(state, mask)
+
+    def _redraw(self, knob: list[int], i: int, exclude: set[int] = frozenset()) -> int | None:
+        options = [v for v in range(self.dims[i]) if v != knob[i] and v not in exclude]
+        return int(options[int(self.rng.integers(len(options)))]) if options else None
+
+    def breed(self, parents: list[Member], probs: np.ndarray) -> tuple[list[int], Any]:
+        p1, p2 = self.select_parents(parents, probs)
+        info: dict = {"parent_best": max(p1.score or 0.0, p2.score or 0.0)}
+        if self.n_knobs > 1:
+            state = self.crossover_state(p1, p2)
+            action = self._choose(self.crossover_agent, state, self.crossover_mask())
+            cut = action + 1
+            child = p1.knob[:cut] + p2.knob[cut:]
+            info["crossover"] = (state, action)
+        else:
+            child = list(p1.knob)
+        state = self._genes(child)
+        knob_i = self._choose(self.mutation_agent, state, self.mutation_mask())
+        info["mutation"] = (state, knob_i)
+        if knob_i < self.n_knobs and self.dims[knob_i] > 1:
+            child[knob_i] = self._redraw(child, knob_i)
+        return child, info
+
+    def repair(self, knob: list[int], info: Any, taken: set[int]) -> tuple[list[int], Any] | None:
+        """Redraw the mutated knob's value, then other knobs in the agent's order of preference."""
+        if not info or "mutation" not in info:
+            return super().repair(knob, info, taken)
+        state, first = info["mutation"]
+        order = [first] + self._knob_preference(state, exclude=first)
+        for i in order:
+            tried: set[int] = set()
+            candidate = list(knob)
+            while (value := self._redraw(knob, i, tried)) is not None:
+                tried.add(value)
+                candidate[i] = value
+                if self.space.knob2point(candidate) not in taken:
+                    info = dict(info, mutation=(state, i))
+                    return candidate, info
+        return None
+
+    def _knob_preference(self, state: np.ndarray, exclude: int) -> list[int]:
+        mask = self.mutation_mask()
+        valid = [i for i in np.flatnonzero(mask) if i != exclude]
+        if self.action_policy == "random":
+            return [int(i) for i in self.rng.permutation(valid)]
+        q = self.mutation_agent.q_values(state)
+        return [int(i) for i in sorted(valid, key=lambda i: -q[i])]
+
+    # -- rewards and learning
+    def reward(self, flops: float, best_before: float, parent_best: float) -> float:
+        """The selected reward of a measured child; every variant is scaled by the best so far.
+
+        - "improvement" (default): how much the child beats its better parent, >= 0, capped;
+          a failed child gets ``-failure_penalty``. Rewards choices that make progress.
+        - "score": the child's FLOPS over the best so far, capped; failures ``-failure_penalty``.
+        - "r1", "r2", "r3": the earlier prototype's functions, kept for the reward experiment:
+          initial mean minus score; score if it beats the best else 0; 5x score if best, score if
+          above the previous generation's mean, 0 if equal, minus score otherwise.
+        """
+        scale = best_before if best_before > 0 else max(flops, 1.0)
+        score = flops / scale
+        failed = flops == 0.0
+        if self.reward_name == "improvement":
+            return -self.failure_penalty if failed else min(max(flops - parent_best, 0.0) / scale, self.reward_cap)
+        if self.reward_name == "score":
+            return -self.failure_penalty if failed else min(score, self.reward_cap)
+        if self.reward_name == "r1":
+            return (self.initial_mean or 0.0) / scale - score
+        if self.reward_name == "r2":
+            return score if flops > best_before else 0.0
+        if flops > best_before:
+            return 5 * score
+        if flops > self.prev_generation_mean:
+            return score
+        return 0.0 if flops == self.prev_generation_mean else -score
+
+    def on_generation(self) -> None:
+        scores = [m.score for m in self.parents if m.score is not None]
+        self.prev_generation_mean = float(np.mean(scores)) if scores else 0.0
+        if self.initial_mean is None:
+            self.initial_mean = self.prev_generation_mean
+
+    def update(self, inputs, results) -> None:
+        """Children of one batch are all rewarded against the best known before the batch."""
+        self._best_before = self._best_seen
+        super().update(inputs, results)
+        self._best_seen = max([self._best_seen] + [self.flops_of(r) for r in results])
+
+    def learn_history(self, inputs, results) -> None:
+        self._best_seen = max([self._best_seen] + [self.flops_of(r) for r in results])
+
+    def on_measured(self, member: Member, flops: float) -> None:
+        if not member.info:
+            return
+        r = self.reward(flops, self._best_before, member.info["parent_best"])
+        row = {"trial": len(self.history), "generation": self.generation, "reward": r,
+               "crossover_action": None, "mutation_action": None, "crossover_loss": None, "mutation_loss": None,
+               "epsilon": self.mutation_agent.epsilon if self.action_policy == "dqn" else None,
+               "gflops": flops / 1e9, "best_gflops": self.best_flops / 1e9,
+               "mean_gflops": float(np.mean([s for s in self.scores.values()])) / 1e9}
+        if self.action_policy == "dqn":
+            if "crossover" in member.info:
+                state, action = member.info["crossover"]
+                row["crossover_loss"] = self.crossover_agent.observe(state, action, r, state, self.crossover_mask(), True)
+                row["crossover_action"] = action
+            state, action = member.info["mutation"]
+            next_state = self._genes(member.knob)
+            row["mutation_loss"] = self.mutation_agent.observe(state, action, r, next_state, self.mutation_mask(),
+                                                               self.mutation_agent.config.gamma == 0)
+            row["mutation_action"] = action
+        else:
+            row["crossover_action"] = member.info.get("crossover", (None, None))[1]
+            row["mutation_action"] = member.info["mutation"][1]
+        self.monitor.append(row)
+
+    def greedy_mutation_action(self, knob: list[int]) -> int:
+        """The knob the mutation network prefers for a child (no exploration)."""
+        return self.mutation_agent.greedy_action(self._genes(knob), self.mutation_mask())
+
+    def greedy_crossover_action(self, p1_knob, p2_knob, f1=0.0, f2=0.0) -> int:
+        state = self.crossover_state(Member(list(p1_knob), 0, f1 * self.best_flops), Member(list(p2_knob), 0, f2 * self.best_flops))
+        return self.crossover_agent.greedy_action(state, self.crossover_mask())
+
+    # -- checkpoints
+    def save(self, path: str) -> None:
+        """Store both agents, their hyperparameters and this tuner's settings."""
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        torch.save({"crossover": self.crossover_agent.state_dict(), "mutation": self.mutation_agent.state_dict(),
+                    "max_knobs": self.max_knobs, "reward": self.reward_name, "pop_size": self.pop_size,
+                    "elite_num": self.elite_num}, path)
+
+    def load(self, path: str) -> None:
+        """Restore both agents from ``save``; states are padded/masked to this task's knob count."""
+        if not os.path.isfile(path):
+            raise ValueError(f"checkpoint {path!r} does not exist; save one with GADQNTuner.save(path)")
+        data = torch.load(path, map_location="cpu", weights_only=False)
+        self.max_knobs = int(data["max_knobs"])
+        seed = None if self.seed is None else int(self.seed)
+        self.crossover_agent = DQNAgent.from_state_dict(data["crossover"], seed)
+        self.mutation_agent = DQNAgent.from_state_dict(data["mutation"], None if seed is None else seed + 1)

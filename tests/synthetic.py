@@ -1,0 +1,74 @@
+"""A synthetic objective for unit-testing search logic without building anything."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from autotvm.measure.measure import MeasureErrorNo, MeasureResult, failed
+from autotvm.task.space import ConfigSpace
+
+
+class SyntheticTask:
+    """A task-like object: a knob space and a FLOP count, scored by ``objective(knob) -> GFLOPS``."""
+
+    def __init__(self, dims, objective, name="synthetic"):
+        self.name, self.args, self.target = name, (), None
+        self.config_space = ConfigSpace()
+        for i, d in enumerate(dims):
+            self.config_space.define_knob(f"k{i}", list(range(d)))
+        self.flop = 1e9
+        self.objective = objective
+        self.weight = 1
+
+
+def synthetic_measure(task):
+    def measure(inputs):
+        out = []
+        for inp in inputs:
+            gflops = task.objective(inp.config.knob)
+            if gflops <= 0:
+                out.append(failed(MeasureErrorNo.RUNTIME_DEVICE, "synthetic failure"))
+            else:
+                out.append(MeasureResult((1.0 / gflops,), 0, 0.0, time.time()))
+        return out
+
+    return measure
+
+
+def one_knob_dominates(dims=(16, 8, 8, 8, 8, 8), peak=11, seed=0):
+    """GFLOPS rise sharply as knob 0 nears ``peak``; the other knobs matter a little."""
+    rng = np.random.default_rng(seed)
+    small = [rng.random(d) for d in dims[1:]]
+
+    def objective(knob):
+        main = 10.0 * np.exp(-((knob[0] - peak) ** 2) / 2.0)
+        rest = sum(table[k] for table, k in zip(small, knob[1:])) / len(small)
+        return 1.0 + main + 0.5 * rest
+
+    return SyntheticTask(dims, objective)
+
+
+def run(tuner, task, n_trial, batch=2, early_stopping=None):
+    tuner.run_loop(synthetic_measure(task), batch, n_trial, early_stopping)
+    return tuner
+
+
+def sharp_dominant_knob(width=128, peak=77, minor=(4, 4, 4, 4, 4), seed=0):
+    """Knob 0 (``width`` values) carries almost all the signal, peaking sharply at ``peak``."""
+    rng = np.random.default_rng(seed)
+    small = [rng.random(d) for d in minor]
+
+    def objective(knob):
+        main = 10.0 * (1 - abs(knob[0] - peak) / width) ** 8
+        return 1.0 + main + 0.05 * sum(t[v] for t, v in zip(small, knob[1:])) / len(minor)
+
+    task = SyntheticTask((width, *minor), objective)
+    task.optimum = objective([peak] + [int(np.argmax(t)) for t in small])
+    return task
+
+
+def trials_to_reach(tuner, target_gflops):
+    """The first trial whose best-so-far reaches ``target_gflops`` (a large number if never)."""
+    return next((h["trial"] for h in tuner.history if h["best_flops"] / 1e9 >= target_gflops), 10**6)

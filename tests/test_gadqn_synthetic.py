@@ -1,0 +1,152 @@
+"""GA and GA-DQN search logic on synthetic objectives (no builds): learning, budget, determinism."""
+
+import numpy as np
+import pytest
+
+from ga_tuner import GATuner
+from rl_tuner import DQNAgent, DQNConfig, GADQNTuner
+
+from synthetic import SyntheticTask, one_knob_dominates, run, sharp_dominant_knob, trials_to_reach
+
+SEEDS = range(6)
+
+
+@pytest.fixture(scope="module")
+def dominant_runs():
+    task = sharp_dominant_knob()
+    runs = {"dqn": [], "random": []}
+    for seed in SEEDS:
+        for policy in runs:
+            runs[policy].append(run(GADQNTuner(task, pop_size=16, action_policy=policy if policy == "random" else "dqn",
+                                               seed=seed), task, 300))
+    return task, runs
+
+
+def test_mutation_agent_learns_the_dominant_knob(dominant_runs):
+    _, runs = dominant_runs
+    shares = [np.mean([t.greedy_mutation_action(m.knob) == 0 for m in t.population]) for t in runs["dqn"]]
+    # uniform choice would pick knob 0 one time in six
+    assert np.median(shares) >= 0.5, shares
+    assert min(shares) > 1 / 6, shares
+
+
+def test_gadqn_reaches_the_optimum_sooner_than_its_ablation(dominant_runs):
+    task, runs = dominant_runs
+    goal = 0.97 * task.optimum
+    dqn = [trials_to_reach(t, goal) for t in runs["dqn"]]
+    rand = [trials_to_reach(t, goal) for t in runs["random"]]
+    assert np.median(dqn) < np.median(rand), (dqn, rand)
+    assert sum(d < 10**6 for d in dqn) > sum(r < 10**6 for r in rand), (dqn, rand)
+
+
+@pytest.mark.parametrize("make", [lambda t, s: GATuner(t, pop_size=10, seed=s),
+                                  lambda t, s: GADQNTuner(t, pop_size=10, seed=s),
+                                  lambda t, s: GADQNTuner(t, pop_size=10, action_policy="random", seed=s)])
+@pytest.mark.parametrize("batch", [1, 3, 4])
+def test_exact_budget_full_batches_no_duplicates(make, batch):
+    task = one_knob_dominates()
+    seen_batches = []
+    tuner = make(task, 0)
+    tuner.run_loop(__import__("synthetic").synthetic_measure(task), batch, 47,
+                   callbacks=[lambda t, i, r: seen_batches.append(len(r))])
+    indices = [h["index"] for h in tuner.history]
+    assert len(indices) == 47 and len(set(indices)) == 47
+    assert seen_batches[:-1] == [batch] * (len(seen_batches) - 1)
+    assert all(len(tuner.population) <= tuner.pop_size for _ in [0])
+
+
+@pytest.mark.parametrize("make", [lambda t: GATuner(t, pop_size=8, seed=0), lambda t: GADQNTuner(t, pop_size=8, seed=0)])
+def test_small_space_is_enumerated_without_repeats(make):
+    task = SyntheticTask((3, 4), lambda k: 1.0 + k[0] + k[1])
+    tuner = run(make(task), task, 50)
+    assert sorted(h["index"] for h in tuner.history) == list(range(12))
+    assert tuner.best_flops / 1e9 == pytest.approx(6.0)
+
+
+def test_seed_makes_proposals_deterministic():
+    task = one_knob_dominates()
+    a = run(GADQNTuner(task, pop_size=8, seed=3), task, 60)
+    b = run(GADQNTuner(task, pop_size=8, seed=3), task, 60)
+    assert [h["index"] for h in a.history] == [h["index"] for h in b.history]
+    c = run(GATuner(task, pop_size=8, seed=3), task, 60)
+    d = run(GATuner(task, pop_size=8, seed=3), task, 60)
+    assert [h["index"] for h in c.history] == [h["index"] for h in d.history]
+
+
+def test_failures_are_penalised_lightly_and_rewards_bounded():
+    task = SyntheticTask((8, 8, 8), lambda k: 0.0 if k[0] == 0 else 1.0 + k[1])
+    tuner = run(GADQNTuner(task, pop_size=8, seed=0), task, 80)
+    rewards = [row["reward"] for row in tuner.monitor]
+    failed = [row["reward"] for row in tuner.monitor if row["gflops"] == 0]
+    assert failed and all(r == -tuner.failure_penalty for r in failed)
+    assert all(-1 <= r <= tuner.reward_cap for r in rewards)
+
+
+@pytest.mark.parametrize("reward", ["improvement", "score", "r1", "r2", "r3"])
+def test_every_reward_function_runs(reward):
+    task = one_knob_dominates()
+    tuner = run(GADQNTuner(task, pop_size=8, reward=reward, seed=0), task, 40)
+    assert len(tuner.history) == 40 and tuner.monitor
+
+
+def test_monitor_rows_have_the_plotting_fields():
+    task = one_knob_dominates()
+    tuner = run(GADQNTuner(task, pop_size=8, seed=0, dqn={"learning_starts": 4}), task, 60)
+    row = tuner.monitor[-1]
+    for key in ("trial", "reward", "epsilon", "mutation_action", "crossover_action", "mutation_loss",
+                "best_gflops", "mean_gflops"):
+        assert key in row
+    assert any(r["mutation_loss"] is not None for r in tuner.monitor)
+    assert tuner.monitor[0]["epsilon"] > tuner.monitor[-1]["epsilon"]
+
+
+def test_save_load_modes_and_transfer(tmp_path):
+    task = one_knob_dominates()
+    trained = run(GADQNTuner(task, pop_size=8, seed=0), task, 80)
+    path = str(tmp_path / "agent.pt")
+    trained.save(path)
+    greedy = GADQNTuner(task, pop_size=8, mode="greedy", checkpoint=path, seed=0)
+    probes = [trained.space.point2knob(i) for i in trained.space.sample_ints(20, np.random.default_rng(0))]
+    assert [greedy.greedy_mutation_action(k) for k in probes] == [trained.greedy_mutation_action(k) for k in probes]
+    assert [greedy.greedy_crossover_action(k, k[::-1]) for k in probes] == \
+           [trained.greedy_crossover_action(k, k[::-1]) for k in probes]
+    run(greedy, task, 20)
+    assert greedy.mutation_agent.transitions == trained.mutation_agent.transitions  # greedy never learns
+    cont = GADQNTuner(task, pop_size=8, mode="continue", checkpoint=path, seed=0)
+    run(cont, task, 40)
+    assert cont.mutation_agent.transitions > trained.mutation_agent.transitions
+    # another task with a different knob count: padded states, masked actions
+    other = SyntheticTask((5, 6, 7), lambda k: 1.0 + sum(k))
+    moved = run(GADQNTuner(other, pop_size=6, mode="continue", checkpoint=path, seed=0), other, 30)
+    assert all(row["mutation_action"] < 3 for row in moved.monitor)
+    assert all(row["crossover_action"] is None or row["crossover_action"] < 2 for row in moved.monitor)
+
+
+def test_one_and_two_knob_tasks():
+    one = SyntheticTask((40,), lambda k: 1.0 + k[0])
+    tuner = run(GADQNTuner(one, pop_size=6, seed=0), one, 30)
+    assert all(row["crossover_action"] is None for row in tuner.monitor)
+    two = SyntheticTask((10, 10), lambda k: 1.0 + k[0] * k[1])
+    tuner = run(GADQNTuner(two, pop_size=6, seed=0), two, 40)
+    assert {row["crossover_action"] for row in tuner.monitor} <= {0}
+
+
+def test_bad_options_are_refused():
+    task = one_knob_dominates()
+    for kwargs, word in (({"reward": "r9"}, "reward"), ({"mode": "greedy"}, "checkpoint"),
+                         ({"action_policy": "x"}, "action_policy")):
+        with pytest.raises(ValueError, match=word):
+            GADQNTuner(task, **kwargs)
+
+
+def test_dqn_agent_learns_a_bandit():
+    agent = DQNAgent(2, 3, DQNConfig(eps_decay_steps=50, learning_starts=8), seed=0)
+    rng = np.random.default_rng(0)
+    mask = np.ones(3, bool)
+    for _ in range(400):
+        state = rng.random(2).astype(np.float32)
+        action = agent.act(state, mask)
+        reward = 1.0 if action == 2 else 0.0
+        agent.observe(state, action, reward, state, mask, True)
+    assert agent.greedy_action(np.array([0.5, 0.5], np.float32), mask) == 2
+    assert agent.greedy_action(np.array([0.5, 0.5], np.float32), np.array([True, True, False])) in (0, 1)
