@@ -1,0 +1,67 @@
+"""Quality benchmark: Random, GA, XGB, GA-DQN, its random-action ablation and MetaSchedule on
+C1, MM512 and R3x3, each with the same trial budget and several seeds, all in one run.
+
+    python benchmarks/compare_tuners.py --trials 200 --seeds 3 --out results/compare_tuners.json
+
+Prints the median best GFLOPS, trials to 90% of the final best and the tuner overhead, then the
+geometric-mean ratios of GA-DQN over GA, XGB and its ablation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import autotvm  # noqa: E402
+from tools.compare import format_table, geomean_ratio, run_metaschedule, run_tuner, summarise  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ops", default="c1,mm512,r3x3")
+    parser.add_argument("--tuners", default="random,ga,xgb,ga-dqn,ga-dqn-random,metaschedule")
+    parser.add_argument("--trials", type=int, default=200)
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--pop-size", type=int, default=32)
+    parser.add_argument("--number", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--n-parallel", type=int, default=2)
+    parser.add_argument("--out", default="results/compare_tuners.json")
+    args = parser.parse_args()
+
+    builder = autotvm.LocalBuilder(n_parallel=args.n_parallel, timeout=30)
+    runner = autotvm.LocalRunner(number=args.number, repeat=args.repeat, timeout=10)
+    option = autotvm.measure_option(builder, runner)
+    options = {"pop_size": args.pop_size}
+    runs = []
+    if os.path.exists(args.out):  # resume: keep the runs already done
+        runs = json.load(open(args.out))["runs"]
+    done = {(r["op"], r["tuner"], r["seed"]) for r in runs}
+    for seed in range(args.seeds):
+        for op in args.ops.split(","):
+            for name in args.tuners.split(","):
+                if (op, name, seed) in done:
+                    continue
+                if name == "metaschedule":
+                    run = run_metaschedule(op, seed, args.trials, args.number, args.repeat, 0, args.n_parallel)
+                else:
+                    run = run_tuner(op, name, seed, args.trials, option, options)
+                runs.append(run)
+                print(f"{op:6} {name:14} seed {seed}: best {run['best_gflops']:7.2f} GFLOPS, "
+                      f"{run['wall_seconds']:6.1f} s", flush=True)
+                os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+                json.dump({"args": vars(args), "runs": runs}, open(args.out, "w"))
+    rows = summarise(runs)
+    print(format_table(rows))
+    for base in ("ga", "xgb", "ga-dqn-random", "random", "metaschedule"):
+        ratio = geomean_ratio(rows, "ga-dqn", base)
+        if ratio is not None:
+            print(f"GA-DQN / {base}: geometric mean {ratio:.3f}")
+
+
+if __name__ == "__main__":
+    main()

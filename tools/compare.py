@@ -1,0 +1,126 @@
+"""Run tuners side by side on operator workloads and summarise the runs.
+
+One run = one tuner, one op, one seed: its best-so-far GFLOPS after each trial, the final best,
+the trials needed to reach 90% of its final best, and its overhead (time inside the tuner over
+wall time). MetaSchedule's own search (``tune_tir``) runs under the same builder convention
+(weight-layout rewrite removed) and the same evaluator settings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+import time
+from typing import Any, Iterable
+
+import numpy as np
+
+import autotvm
+from autotvm.env import load_tensor_intrinsics
+
+from .tuners import make_tuner
+from .workloads import workload
+
+
+def trials_to_fraction(curve: list[float], fraction: float = 0.9) -> int | None:
+    """1-based trial at which the best-so-far first reaches ``fraction`` of its final value."""
+    if not curve or curve[-1] <= 0:
+        return None
+    goal = fraction * curve[-1]
+    return next(i + 1 for i, v in enumerate(curve) if v >= goal)
+
+
+def run_tuner(op: str, tuner_name: str, seed: int, trials: int, measure_option: dict,
+              options: dict | None = None, target: Any = "llvm", log_path: str | None = None) -> dict:
+    """Tune ``op`` with one tuner and seed; returns the run's record (plain data)."""
+    task = autotvm.task.create_from_primfunc(workload(op), target, name=op)
+    tuner = make_tuner(tuner_name, task, seed=seed, **(options or {}))
+    callbacks = [autotvm.callback.log_to_file(log_path)] if log_path else []
+    start = time.perf_counter()
+    tuner.tune(trials, measure_option, callbacks=callbacks)
+    wall = time.perf_counter() - start
+    curve = [h["best_flops"] / 1e9 for h in tuner.history]
+    run = {"op": op, "tuner": tuner_name, "seed": seed, "trials": len(curve), "curve": curve,
+           "best_gflops": curve[-1] if curve else 0.0, "trials_to_90": trials_to_fraction(curve),
+           "tuner_seconds": tuner.tuner_seconds, "wall_seconds": wall, "overhead": tuner.tuner_seconds / wall,
+           "errors": sum(1 for h in tuner.history if h["error_no"])}
+    if hasattr(tuner, "monitor"):
+        run["monitor"] = tuner.monitor
+    return run
+
+
+def ms_fast_build(mod: Any, target: Any, _params: Any) -> Any:
+    """MetaSchedule's default build minus its import of the tensor intrinsics (~50 s per worker)."""
+    from tvm.driver import build as tvm_build
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    return tvm_build(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod), target=target)
+
+
+def run_metaschedule(op: str, seed: int, trials: int, number: int, repeat: int, min_repeat_ms: int,
+                     n_parallel: int, target: Any = "llvm", fast_build: bool = True) -> dict:
+    """MetaSchedule's own evolutionary search (``tune_tir``) on ``op``; its curve from the database."""
+    load_tensor_intrinsics()
+    from tvm.s_tir import meta_schedule as ms
+
+    target = autotvm.make_target(target)
+    func = workload(op)
+    flop = float(__import__("tvm").s_tir.analysis.estimate_tir_flops(__import__("tvm").IRModule({"main": func})))
+    with tempfile.TemporaryDirectory(prefix="ms-") as work_dir:
+        builder = ms.builder.LocalBuilder(max_workers=n_parallel, f_build=ms_fast_build if fast_build else None)
+        runner = ms.runner.LocalRunner(evaluator_config=ms.runner.EvaluatorConfig(
+            number=number, repeat=repeat, min_repeat_ms=min_repeat_ms, enable_cpu_cache_flush=False))
+        start = time.perf_counter()
+        ms.tune_tir(func, target, work_dir, max_trials_global=trials, num_trials_per_iter=64, builder=builder,
+                    runner=runner, seed=seed, num_tuning_cores=n_parallel)
+        wall = time.perf_counter() - start
+        curve, best = [], 0.0
+        path = os.path.join(work_dir, "database_tuning_record.json")
+        errors = 0
+        for line in open(path, encoding="utf-8"):
+            secs = json.loads(line)[1][1]
+            ok = secs and all(0 < s < 1e9 for s in secs)
+            errors += not ok
+            best = max(best, flop / (sum(secs) / len(secs)) / 1e9 if ok else 0.0)
+            curve.append(best)
+    return {"op": op, "tuner": "metaschedule", "seed": seed, "trials": len(curve), "curve": curve,
+            "best_gflops": best, "trials_to_90": trials_to_fraction(curve), "tuner_seconds": None,
+            "wall_seconds": wall, "overhead": None, "errors": errors}
+
+
+def summarise(runs: Iterable[dict]) -> list[dict]:
+    """Median over seeds of best GFLOPS, trials to 90% and overhead, per (op, tuner)."""
+    groups: dict[tuple, list[dict]] = {}
+    for run in runs:
+        groups.setdefault((run["op"], run["tuner"]), []).append(run)
+    rows = []
+    for (op, tuner), group in sorted(groups.items()):
+        t90 = [r["trials_to_90"] for r in group if r["trials_to_90"] is not None]
+        overhead = [r["overhead"] for r in group if r["overhead"] is not None]
+        rows.append({"op": op, "tuner": tuner, "seeds": len(group),
+                     "median_best_gflops": statistics.median(r["best_gflops"] for r in group),
+                     "median_trials_to_90": statistics.median(t90) if t90 else None,
+                     "median_overhead": statistics.median(overhead) if overhead else None,
+                     "median_wall_seconds": statistics.median(r["wall_seconds"] for r in group)})
+    return rows
+
+
+def geomean_ratio(rows: list[dict], tuner: str, baseline: str) -> float | None:
+    """Geometric mean over ops of ``tuner``'s median best over ``baseline``'s."""
+    by = {(r["op"], r["tuner"]): r["median_best_gflops"] for r in rows}
+    ratios = [by[(op, tuner)] / by[(op, baseline)] for op, t in by if t == tuner
+              and (op, baseline) in by and by[(op, baseline)] > 0]
+    return float(np.exp(np.mean(np.log(ratios)))) if ratios else None
+
+
+def format_table(rows: list[dict]) -> str:
+    head = f"{'op':8} {'tuner':14} {'seeds':>5} {'best GFLOPS':>12} {'trials->90%':>12} {'overhead':>9} {'wall s':>8}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        t90 = "-" if r["median_trials_to_90"] is None else f"{r['median_trials_to_90']:.0f}"
+        ovh = "-" if r["median_overhead"] is None else f"{100 * r['median_overhead']:.2f}%"
+        lines.append(f"{r['op']:8} {r['tuner']:14} {r['seeds']:5d} {r['median_best_gflops']:12.2f} {t90:>12} "
+                     f"{ovh:>9} {r['median_wall_seconds']:8.1f}")
+    return "\n".join(lines)
