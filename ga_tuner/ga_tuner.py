@@ -21,7 +21,7 @@ class GATuner(PopulationTuner):
         super().__init__(task, pop_size=pop_size, elite_num=elite_num, seed=seed)
         self.mutation_prob = mutation_prob
 
-    def breed(self, parents: list[Member], probs: np.ndarray) -> tuple[list[int], Any]:
+    def breed(self, parents: list[Member], probs: np.ndarray, taken: set[int]) -> tuple[list[int], Any]:
         p1, p2 = self.select_parents(parents, probs)
         n = len(self.dims)
         point = int(self.rng.integers(n)) if n > 1 else 0

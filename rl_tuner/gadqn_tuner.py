@@ -2,7 +2,10 @@
 
 - Crossover agent: state = both parents' normalised genes and normalised fitness; action = a
   cut point among the n-1 points. A one-knob task has no cut point and skips crossover.
-- Mutation agent: state = the child's normalised genes; action = which knob to redraw.
+- Mutation agent: state = the child's normalised genes; action = which knob to redraw, or
+  "keep" (the last action), allowed only when the crossover child is new: measured on C1, a GA
+  that always mutates explores too much for a 200-trial budget, and "keep" lets the agent learn
+  when a pure crossover child is the better bet.
 - Each agent is trained on exactly the state it acted on, with the child's measured reward.
 - ``action_policy="random"`` is the ablation: the same GA with uniform choices, no networks.
 
@@ -56,7 +59,7 @@ class GADQNTuner(PopulationTuner):
             self.max_knobs = max(self.n_knobs, max_knobs or 24)
             config = dqn if isinstance(dqn, DQNConfig) else DQNConfig(**(dqn or {}))
             self.crossover_agent = DQNAgent(2 * self.max_knobs + 2, max(self.max_knobs - 1, 1), config, agent_seed)
-            self.mutation_agent = DQNAgent(self.max_knobs, self.max_knobs, config,
+            self.mutation_agent = DQNAgent(self.max_knobs, self.max_knobs + 1, config,
                                            None if agent_seed is None else agent_seed + 1)
         if self.n_knobs > self.max_knobs:
             raise ValueError(f"the task has {self.n_knobs} knobs but the agent handles at most {self.max_knobs}")
@@ -80,12 +83,18 @@ class GADQNTuner(PopulationTuner):
         mask[: max(self.n_knobs - 1, 0)] = True  # action a cuts before knob a+1
         return mask
 
-    def mutation_mask(self) -> np.ndarray:
-        mask = np.zeros(self.max_knobs, bool)
+    def mutation_mask(self, keep_allowed: bool = False) -> np.ndarray:
+        """Knobs with more than one value, plus "keep" (last) when the unmutated child is new."""
+        mask = np.zeros(self.mutation_agent.n_actions, bool)
         mask[: self.n_knobs] = self.dims_arr > 1
+        mask[-1] = keep_allowed
         if not mask.any():
             mask[0] = True
         return mask
+
+    @property
+    def keep_action(self) -> int:
+        return self.mutation_agent.n_actions - 1
 
     # -- choices: the networks, or the uniform ablation
     def _choose(self, agent: DQNAgent, state: np.ndarray, mask: np.ndarray) -> int:
@@ -97,7 +106,7 @@ class GADQNTuner(PopulationTuner):
         options = [v for v in range(self.dims[i]) if v != knob[i] and v not in exclude]
         return int(options[int(self.rng.integers(len(options)))]) if options else None
 
-    def breed(self, parents: list[Member], probs: np.ndarray) -> tuple[list[int], Any]:
+    def breed(self, parents: list[Member], probs: np.ndarray, taken: set[int]) -> tuple[list[int], Any]:
         p1, p2 = self.select_parents(parents, probs)
         info: dict = {"parent_best": max(p1.score or 0.0, p2.score or 0.0)}
         if self.n_knobs > 1:
@@ -109,8 +118,9 @@ class GADQNTuner(PopulationTuner):
         else:
             child = list(p1.knob)
         state = self._genes(child)
-        knob_i = self._choose(self.mutation_agent, state, self.mutation_mask())
-        info["mutation"] = (state, knob_i)
+        mask = self.mutation_mask(keep_allowed=self.space.knob2point(child) not in taken)
+        knob_i = self._choose(self.mutation_agent, state, mask)
+        info["mutation"] = (state, knob_i, mask)
         if knob_i < self.n_knobs and self.dims[knob_i] > 1:
             child[knob_i] = self._redraw(child, knob_i)
         return child, info
@@ -119,8 +129,8 @@ class GADQNTuner(PopulationTuner):
         """Redraw the mutated knob's value, then other knobs in the agent's order of preference."""
         if not info or "mutation" not in info:
             return super().repair(knob, info, taken)
-        state, first = info["mutation"]
-        order = [first] + self._knob_preference(state, exclude=first)
+        state, first, mask = info["mutation"]
+        order = ([first] if first < self.n_knobs else []) + self._knob_preference(state, exclude=first)
         for i in order:
             tried: set[int] = set()
             candidate = list(knob)
@@ -128,13 +138,13 @@ class GADQNTuner(PopulationTuner):
                 tried.add(value)
                 candidate[i] = value
                 if self.space.knob2point(candidate) not in taken:
-                    info = dict(info, mutation=(state, i))
+                    info = dict(info, mutation=(state, i, mask))
                     return candidate, info
         return None
 
     def _knob_preference(self, state: np.ndarray, exclude: int) -> list[int]:
         mask = self.mutation_mask()
-        valid = [i for i in np.flatnonzero(mask) if i != exclude]
+        valid = [i for i in np.flatnonzero(mask[: self.max_knobs]) if i != exclude and i < self.n_knobs]
         if self.action_policy == "random":
             return [int(i) for i in self.rng.permutation(valid)]
         q = self.mutation_agent.q_values(state)
@@ -197,9 +207,9 @@ class GADQNTuner(PopulationTuner):
                 state, action = member.info["crossover"]
                 row["crossover_loss"] = self.crossover_agent.observe(state, action, r, state, self.crossover_mask(), True)
                 row["crossover_action"] = action
-            state, action = member.info["mutation"]
+            state, action, mask = member.info["mutation"]
             next_state = self._genes(member.knob)
-            row["mutation_loss"] = self.mutation_agent.observe(state, action, r, next_state, self.mutation_mask(),
+            row["mutation_loss"] = self.mutation_agent.observe(state, action, r, next_state, mask,
                                                                self.mutation_agent.config.gamma == 0)
             row["mutation_action"] = action
         else:
@@ -207,9 +217,9 @@ class GADQNTuner(PopulationTuner):
             row["mutation_action"] = member.info["mutation"][1]
         self.monitor.append(row)
 
-    def greedy_mutation_action(self, knob: list[int]) -> int:
-        """The knob the mutation network prefers for a child (no exploration)."""
-        return self.mutation_agent.greedy_action(self._genes(knob), self.mutation_mask())
+    def greedy_mutation_action(self, knob: list[int], keep_allowed: bool = False) -> int:
+        """The action the mutation network prefers for a child (no exploration)."""
+        return self.mutation_agent.greedy_action(self._genes(knob), self.mutation_mask(keep_allowed))
 
     def greedy_crossover_action(self, p1_knob, p2_knob, f1=0.0, f2=0.0) -> int:
         state = self.crossover_state(Member(list(p1_knob), 0, f1 * self.best_flops), Member(list(p2_knob), 0, f2 * self.best_flops))

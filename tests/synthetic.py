@@ -55,17 +55,27 @@ def run(tuner, task, n_trial, batch=2, early_stopping=None):
     return tuner
 
 
-def sharp_dominant_knob(width=128, peak=77, minor=(4, 4, 4, 4, 4), seed=0):
-    """Knob 0 (``width`` values) carries almost all the signal, peaking sharply at ``peak``."""
+def dominant_knob(width=64, minor=(4, 4, 4, 4, 4), position=3, seed=0):
+    """Knob ``position`` (``width`` values) carries almost all the signal: GFLOPS grow with its
+    value; the other knobs add at most 0.05. Improvements stay available through the dominant
+    knob until it reaches its last value, so a good mutation agent keeps choosing it.
+
+    The dominant knob is not knob 0 on purpose: ties between untrained actions must not favour it.
+    """
     rng = np.random.default_rng(seed)
     small = [rng.random(d) for d in minor]
 
     def objective(knob):
-        main = 10.0 * (1 - abs(knob[0] - peak) / width) ** 8
-        return 1.0 + main + 0.05 * sum(t[v] for t, v in zip(small, knob[1:])) / len(minor)
+        rest = list(knob[:position]) + list(knob[position + 1:])
+        main = 10.0 * (knob[position] / (width - 1)) ** 3
+        return 1.0 + main + 0.05 * sum(t[v] for t, v in zip(small, rest)) / len(minor)
 
-    task = SyntheticTask((width, *minor), objective)
-    task.optimum = objective([peak] + [int(np.argmax(t)) for t in small])
+    dims = list(minor)
+    dims.insert(position, width)
+    task = SyntheticTask(tuple(dims), objective)
+    best_rest = [int(np.argmax(t)) for t in small]
+    task.optimum = objective(best_rest[:position] + [width - 1] + best_rest[position:])
+    task.dominant, task.width = position, width
     return task
 
 

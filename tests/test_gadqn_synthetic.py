@@ -6,14 +6,14 @@ import pytest
 from ga_tuner import GATuner
 from rl_tuner import DQNAgent, DQNConfig, GADQNTuner
 
-from synthetic import SyntheticTask, one_knob_dominates, run, sharp_dominant_knob, trials_to_reach
+from synthetic import SyntheticTask, dominant_knob, one_knob_dominates, run, trials_to_reach
 
 SEEDS = range(6)
 
 
 @pytest.fixture(scope="module")
 def dominant_runs():
-    task = sharp_dominant_knob()
+    task = dominant_knob()
     runs = {"dqn": [], "random": []}
     for seed in SEEDS:
         for policy in runs:
@@ -23,11 +23,17 @@ def dominant_runs():
 
 
 def test_mutation_agent_learns_the_dominant_knob(dominant_runs):
-    _, runs = dominant_runs
-    shares = [np.mean([t.greedy_mutation_action(m.knob) == 0 for m in t.population]) for t in runs["dqn"]]
-    # uniform choice would pick knob 0 one time in six
-    assert np.median(shares) >= 0.5, shares
-    assert min(shares) > 1 / 6, shares
+    task, runs = dominant_runs
+    d = task.dominant
+    rng = np.random.default_rng(0)
+    # greedy choice for the final population's children with the dominant knob moved off its optimum
+    greedy = [np.mean([t.greedy_mutation_action(m.knob[:d] + [int(rng.integers(task.width // 2))] + m.knob[d + 1:]) == d
+                       for m in t.population]) for t in runs["dqn"]]
+    chosen = [np.mean([row["mutation_action"] == d for row in t.monitor]) for t in runs["dqn"]]
+    chosen_by_ablation = [np.mean([row["mutation_action"] == d for row in t.monitor]) for t in runs["random"]]
+    # a uniform choice picks the dominant knob about one time in six or seven (six knobs and "keep")
+    assert np.median(greedy) >= 0.3, greedy
+    assert np.median(chosen) >= 2 * np.median(chosen_by_ablation), (chosen, chosen_by_ablation)
 
 
 def test_gadqn_reaches_the_optimum_sooner_than_its_ablation(dominant_runs):
@@ -118,7 +124,7 @@ def test_save_load_modes_and_transfer(tmp_path):
     # another task with a different knob count: padded states, masked actions
     other = SyntheticTask((5, 6, 7), lambda k: 1.0 + sum(k))
     moved = run(GADQNTuner(other, pop_size=6, mode="continue", checkpoint=path, seed=0), other, 30)
-    assert all(row["mutation_action"] < 3 for row in moved.monitor)
+    assert all(row["mutation_action"] < 3 or row["mutation_action"] == moved.keep_action for row in moved.monitor)
     assert all(row["crossover_action"] is None or row["crossover_action"] < 2 for row in moved.monitor)
 
 

@@ -29,7 +29,8 @@ class Member:
 
 
 class PopulationTuner(Tuner):
-    """Subclasses implement ``breed(parents, probs) -> (knob, info)`` and may override ``on_measured``."""
+    """Subclasses implement ``breed(parents, probs, taken) -> (knob, info)`` (``taken``: indices
+    visited or already proposed) and may override ``repair``, ``on_measured`` and ``on_generation``."""
 
     def __init__(self, task: Any, pop_size: int = 100, elite_num: int = 3, seed: int | None = None) -> None:
         super().__init__(task, seed=seed)
@@ -55,7 +56,7 @@ class PopulationTuner(Tuner):
         self._reset_population()
 
     # -- what subclasses provide
-    def breed(self, parents: list[Member], probs: np.ndarray) -> tuple[list[int], Any]:
+    def breed(self, parents: list[Member], probs: np.ndarray, taken: set[int]) -> tuple[list[int], Any]:
         raise NotImplementedError
 
     def repair(self, knob: list[int], info: Any, taken: set[int]) -> tuple[list[int], Any] | None:
@@ -108,7 +109,7 @@ class PopulationTuner(Tuner):
     def _propose(self, taken: set[int]) -> Member:
         if self.generation == 0 or len(self.parents) == 0 or self._unvisited_left(taken) <= self.pop_size:
             return self._random_member(taken)
-        knob, info = self.breed(self.parents, self.parent_probs)
+        knob, info = self.breed(self.parents, self.parent_probs, taken)
         if self.space.knob2point(knob) in taken:
             repaired = self.repair(knob, info, taken)
             if repaired is None:

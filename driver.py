@@ -1,0 +1,65 @@
+"""Command line of the GA-DQN auto-tuner: ``python driver.py -m=tune|benchmark|experiment -c=config.json``.
+
+A thin layer over ``tools/``: parse the arguments, load and validate the config, run the method.
+A user mistake is reported as one line on stderr with exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+METHODS = ("tune", "benchmark", "experiment")
+DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "config-example.json")
+
+
+class OneLineParser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse's own errors, in one line
+        sys.stderr.write(f"driver.py: error: {message}\n")
+        sys.exit(2)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = OneLineParser(description=__doc__)
+    parser.add_argument("-m", "--method", required=True, help=f"one of: {', '.join(METHODS)}")
+    parser.add_argument("-c", "--config", default=DEFAULT_CONFIG,
+                        help="a JSON file or inline JSON (default: config-example.json)")
+    args = parser.parse_args(argv)
+    if args.method not in METHODS:
+        parser.error(f"unknown method {args.method!r}; allowed: {', '.join(METHODS)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    from autotvm.env import AutoTVMError  # imports TVM: after the arguments are known to be sane
+    from tools.config import load_config
+
+    try:
+        config = load_config(args.config)
+        if args.method in ("tune", "benchmark") and not config["models"]:
+            raise AutoTVMError(f"config key models: -m={args.method} needs at least one model")
+        if args.method == "tune":
+            from tools.tune import tune_models
+
+            tune_models(config)
+        elif args.method == "benchmark":
+            from tools.benchmark import benchmark_models
+
+            benchmark_models(config)
+        else:
+            from tools.experiment import run_experiments
+
+            run_experiments(config)
+    except AutoTVMError as err:
+        sys.stderr.write(f"driver.py: error: {err}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write("driver.py: interrupted; every measured trial is in the log, re-run to resume\n")
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

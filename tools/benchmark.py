@@ -1,0 +1,140 @@
+"""``driver.py -m=benchmark``: untuned TVM, tuned TVM and PyTorch eager, side by side.
+
+For each model: TVM's outputs are checked against PyTorch's within tolerance, then inference is
+timed (mean, median, std over ``repeat`` runs of ``number`` calls each) for PyTorch eager
+(``no_grad``, after a warm-up) and for TVM's Relax VM built without and with the model's
+records. Writes a CSV, a JSON and a bar chart PNG; ``profile`` adds a per-function breakdown.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+
+import autotvm
+
+from .config import writable_dir
+from .plots import bar_chart
+from .tune import log_path, model_tasks
+
+
+def _stats(seconds: list[float]) -> dict:
+    ms = [s * 1e3 for s in seconds]
+    return {"mean_ms": statistics.mean(ms), "median_ms": statistics.median(ms),
+            "std_ms": statistics.stdev(ms) if len(ms) > 1 else 0.0}
+
+
+def time_torch(model: Any, number: int, repeat: int) -> dict:
+    import torch
+
+    with torch.no_grad():
+        for _ in range(3):
+            model.module(*model.inputs)
+        runs = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            for _ in range(number):
+                model.module(*model.inputs)
+            runs.append((time.perf_counter() - start) / number)
+    return _stats(runs)
+
+
+def _vm(exe: Any, target: Any, profile: bool = False) -> tuple[Any, Any]:
+    import tvm
+    from tvm import relax
+
+    dev = tvm.cuda() if target.kind.name == "cuda" else tvm.cpu()
+    return relax.VirtualMachine(exe, dev, profile=profile), dev
+
+
+def run_tvm(exe: Any, target: Any, model: Any, number: int, repeat: int) -> tuple[list[np.ndarray], dict]:
+    """Outputs and timing of a built Relax module on the model's example inputs."""
+    import tvm
+
+    vm, dev = _vm(exe, target)
+    args = [tvm.runtime.tensor(t.numpy(), dev) for t in model.inputs]
+    out = vm["main"](*args)
+    outputs = [o.numpy() for o in _flatten_tvm(out)]
+    timer = vm.time_evaluator("main", dev, number=number, repeat=repeat)
+    return outputs, _stats(list(timer(*args).results))
+
+
+def _flatten_tvm(out: Any) -> list:
+    if hasattr(out, "numpy"):
+        return [out]
+    return [t for item in out for t in _flatten_tvm(item)]
+
+
+def profile_tvm(exe: Any, target: Any, model: Any) -> str:
+    """Relax VM's per-function time breakdown, as CSV text."""
+    import tvm
+
+    vm, dev = _vm(exe, target, profile=True)
+    report = vm.profile("main", *[tvm.runtime.tensor(t.numpy(), dev) for t in model.inputs])
+    return report.csv()
+
+
+def compare_outputs(got: list[np.ndarray], expected: list[np.ndarray], rtol: float, atol: float) -> float:
+    """Max abs difference; raises if outputs differ beyond tolerance."""
+    if len(got) < 1:
+        raise AssertionError("TVM returned no output")
+    worst = 0.0
+    for g, e in zip(got, expected):
+        worst = max(worst, float(np.max(np.abs(g.astype(np.float64) - e))) if g.size else 0.0)
+        if g.shape != e.shape or not np.allclose(g, e, rtol=rtol, atol=atol):
+            raise AssertionError(f"TVM output differs from PyTorch (max abs error {worst:.3g})")
+    return worst
+
+
+def benchmark_models(config: dict) -> list[dict]:
+    settings, run = config["autotuner_settings"], config["run_settings"]
+    out_dir = writable_dir(settings["save_path"], "autotuner_settings.save_path")
+    target = autotvm.make_target(config["target"])
+    rows = []
+    for spec in config["models"]:
+        model, mod, params, _ = model_tasks(spec, target)
+        expected = model.torch_outputs()
+        rows.append({"model": spec["name"], "variant": "pytorch-eager", **time_torch(model, run["number"], run["repeat"]),
+                     "max_abs_error": 0.0})
+        log = log_path(settings, spec["name"])
+        variants = [("tvm-untuned", None)] + ([("tvm-tuned", log)] if os.path.exists(log) else [])
+        for variant, records in variants:
+            if records:
+                with autotvm.apply_history_best(records):
+                    exe = autotvm.build_program(mod, target, params)
+            else:
+                exe = autotvm.build_program(mod, target, params)
+            outputs, stats = run_tvm(exe, target, model, run["number"], run["repeat"])
+            error = compare_outputs(outputs, expected, run["rtol"], run["atol"])
+            rows.append({"model": spec["name"], "variant": variant, **stats, "max_abs_error": error})
+            if run["profile"]:
+                path = os.path.join(out_dir, f"{settings['save_name']}-{spec['name']}-{variant}-profile.csv")
+                with open(path, "w", encoding="utf-8") as handle:
+                    handle.write(profile_tvm(exe, target, model))
+        if not os.path.exists(log):
+            print(f"note: no records for {spec['name']} at {log}; run -m=tune first to benchmark a tuned build")
+    _write(rows, out_dir, settings["save_name"])
+    return rows
+
+
+def _write(rows: list[dict], out_dir: str, name: str) -> None:
+    base = os.path.join(out_dir, f"{name}-benchmark")
+    with open(base + ".json", "w", encoding="utf-8") as handle:
+        json.dump(rows, handle, indent=1)
+    with open(base + ".csv", "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    bar_chart(rows, base + ".png")
+    head = f"{'model':14} {'variant':14} {'mean ms':>9} {'median ms':>10} {'std ms':>8} {'max err':>9}"
+    print("\n" + head + "\n" + "-" * len(head))
+    for r in rows:
+        print(f"{r['model'][:14]:14} {r['variant']:14} {r['mean_ms']:9.3f} {r['median_ms']:10.3f} {r['std_ms']:8.3f} "
+              f"{r['max_abs_error']:9.2g}")
+    print(f"wrote {base}.csv, {base}.json and {base}.png")

@@ -1,0 +1,176 @@
+"""``driver.py -m=experiment``: named experiments that compare tuners and end in plots.
+
+Each experiment writes under ``<save_path>/<save_name>/<experiment>/``: ``runs.json`` (every
+run's raw data), ``summary.csv`` and PNG plots. With ``previous_results_dir`` set, runs already
+saved there (same experiment, workload, variant, seed and trial budget) are reused, not re-run.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import statistics
+from typing import Any, Callable
+
+import numpy as np
+
+from .compare import run_metaschedule, run_tuner, summarise
+from .config import writable_dir
+from .measure_setup import measure_option_from_settings
+from .plots import hyperparameter_bars, monitor_plots, tuning_curves
+
+
+class Experiment:
+    """Shared bookkeeping: reuse saved runs, save new ones, write the summary."""
+
+    def __init__(self, name: str, config: dict, option: dict) -> None:
+        self.name, self.config, self.option = name, config, option
+        exp = config["experiments"]
+        self.trials, self.seeds, self.workloads = exp["trials"], range(exp["repeats"]), exp["workloads"]
+        self.out_dir = writable_dir(os.path.join(exp["save_path"], exp["save_name"], name), "experiments.save_path")
+        self.previous = self._load_previous(exp.get("previous_results_dir"))
+        self.runs: list[dict] = []
+
+    def _load_previous(self, directory: str | None) -> dict:
+        if not directory:
+            return {}
+        path = os.path.join(directory, self.name, "runs.json")
+        if not os.path.exists(path):
+            path = os.path.join(directory, "runs.json")
+        if not os.path.exists(path):
+            return {}
+        with open(path, encoding="utf-8") as handle:
+            return {self._key(r): r for r in json.load(handle)}
+
+    @staticmethod
+    def _key(run: dict) -> tuple:
+        return (run["op"], run["label"], run["seed"], run["trials_budget"])
+
+    def run(self, op: str, label: str, seed: int, make: Callable[[], dict]) -> dict:
+        key = (op, label, seed, self.trials)
+        if key in self.previous:
+            run = self.previous[key]
+            print(f"  {self.name}: reusing {op} {label} seed {seed}")
+        else:
+            run = make()
+            run.update(label=label, trials_budget=self.trials)
+            print(f"  {self.name}: {op:8} {label:22} seed {seed}: best {run['best_gflops']:7.2f} GFLOPS "
+                  f"({run['wall_seconds']:.1f} s)", flush=True)
+        self.runs.append(run)
+        self._save()
+        return run
+
+    def tuner_run(self, op: str, label: str, seed: int, tuner: str, options: dict | None = None) -> dict:
+        settings = self.config["autotuner_settings"]
+        opts = {**settings.get("tuner_options", {}), **(options or {})}
+        if tuner == "metaschedule":
+            return self.run(op, label, seed, lambda: run_metaschedule(
+                op, seed, self.trials, settings["number"], settings["repeat"], settings["min_repeat_ms"],
+                settings["n_parallel"], self.config["target"]))
+        return self.run(op, label, seed, lambda: run_tuner(op, tuner, seed, self.trials, self.option, opts,
+                                                          self.config["target"]))
+
+    def _save(self) -> None:
+        with open(os.path.join(self.out_dir, "runs.json"), "w", encoding="utf-8") as handle:
+            json.dump(self.runs, handle)
+
+    def finish(self, title: str) -> list[dict]:
+        rows = summarise([dict(r, tuner=r["label"]) for r in self.runs])
+        with open(os.path.join(self.out_dir, "summary.csv"), "w", newline="", encoding="utf-8") as handle:
+            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+        tuning_curves(self.runs, os.path.join(self.out_dir, "curves.png"), title, label_key="label")
+        return rows
+
+
+def _compare(name: str, config: dict, option: dict, variants: list[tuple[str, str, dict]], title: str) -> list[dict]:
+    exp = Experiment(name, config, option)
+    for seed in exp.seeds:
+        for op in exp.workloads:
+            for label, tuner, options in variants:
+                exp.tuner_run(op, label, seed, tuner, options)
+    return exp.finish(title)
+
+
+def compare_tuners(config: dict, option: dict) -> list[dict]:
+    tuners = config["experiments"]["tuners"]
+    return _compare("compare_tuners", config, option, [(t, t, {}) for t in tuners], "All tuners")
+
+
+def compare_gadqn_ga(config: dict, option: dict) -> list[dict]:
+    return _compare("compare_gadqn_ga", config, option, [("ga", "ga", {}), ("ga-dqn", "ga-dqn", {})], "GA-DQN vs GA")
+
+
+def compare_reward(config: dict, option: dict) -> list[dict]:
+    variants = [("ga", "ga", {})] + [(f"ga-dqn[{r}]", "ga-dqn", {"reward": r})
+                                      for r in ("improvement", "score", "r1", "r2", "r3")]
+    return _compare("compare_reward", config, option, variants, "GA-DQN reward functions vs GA")
+
+
+def ablation(config: dict, option: dict) -> list[dict]:
+    variants = [("ga-dqn", "ga-dqn", {}), ("ga-dqn-random-actions", "ga-dqn-random", {})]
+    return _compare("ablation", config, option, variants, "GA-DQN vs the same GA with random actions")
+
+
+HYPERPARAMETER_SPACE = {
+    "lr": [3e-4, 1e-3, 3e-3],
+    "gamma": [0.0, 0.5, 0.9],
+    "hidden": [[32, 32], [64, 64], [128, 128]],
+    "eps_decay_steps": [50, 100, 200],
+    "learning_starts": [8, 16, 32],
+    "double_dqn": [True, False],
+}
+
+
+def trial_hyperparameters(config: dict, option: dict) -> list[dict]:
+    """Random search over DQN hyperparameters; a bar per trial with error bars over seeds."""
+    exp = Experiment("trial_hyperparameters", config, option)
+    rng = np.random.default_rng(config["autotuner_settings"]["seed"] or 0)
+    trials = []
+    for t in range(config["experiments"]["hyperparameter_trials"]):
+        dqn = {k: v[int(rng.integers(len(v)))] for k, v in HYPERPARAMETER_SPACE.items()}
+        label = f"h{t}:lr={dqn['lr']:g},g={dqn['gamma']},h={dqn['hidden'][0]},eps={dqn['eps_decay_steps']}"
+        bests = [exp.tuner_run(op, label, seed, "ga-dqn", {"dqn": dqn})["best_gflops"]
+                 for seed in exp.seeds for op in exp.workloads]
+        trials.append({"label": label, **{k: json.dumps(v) for k, v in dqn.items()},
+                       "mean_best_gflops": statistics.mean(bests),
+                       "std_best_gflops": statistics.stdev(bests) if len(bests) > 1 else 0.0})
+    hyperparameter_bars(trials, os.path.join(exp.out_dir, "hyperparameters.png"))
+    with open(os.path.join(exp.out_dir, "hyperparameters.csv"), "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(trials[0]))
+        writer.writeheader()
+        writer.writerows(trials)
+    return exp.finish("GA-DQN hyperparameter trials")
+
+
+def gadqn_monitor(config: dict, option: dict) -> list[dict]:
+    """One GA-DQN run per workload with its monitoring data plotted (loss, reward, epsilon, actions)."""
+    exp = Experiment("gadqn_monitor", config, option)
+    for op in exp.workloads:
+        run = exp.tuner_run(op, "ga-dqn", 0, "ga-dqn")
+        with open(os.path.join(exp.out_dir, f"monitor-{op}.json"), "w", encoding="utf-8") as handle:
+            json.dump(run.get("monitor", []), handle)
+        monitor_plots(run.get("monitor", []), os.path.join(exp.out_dir, f"monitor-{op}.png"),
+                      f"GA-DQN monitoring on {op} ({exp.trials} trials)")
+    return exp.finish("GA-DQN monitored run")
+
+
+EXPERIMENT_FUNCS: dict[str, Callable[[dict, dict], list[dict]]] = {
+    "compare_tuners": compare_tuners, "compare_gadqn_ga": compare_gadqn_ga, "compare_reward": compare_reward,
+    "ablation": ablation, "trial_hyperparameters": trial_hyperparameters, "gadqn_monitor": gadqn_monitor,
+}
+
+
+def run_experiments(config: dict) -> dict[str, Any]:
+    from .compare import format_table
+
+    option = measure_option_from_settings(config["autotuner_settings"])
+    results = {}
+    for name in config["experiments"]["names"]:
+        print(f"== experiment {name}", flush=True)
+        rows = EXPERIMENT_FUNCS[name](config, option)
+        print(format_table(rows))
+        results[name] = rows
+    return results

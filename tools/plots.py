@@ -1,0 +1,117 @@
+"""Plots of the evaluation framework (matplotlib, written as PNG files)."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+def _save(fig: plt.Figure, path: str) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def tuning_curves(runs: Iterable[dict], path: str, title: str, label_key: str = "tuner") -> None:
+    """Best GFLOPS vs trials per workload: the median over seeds and its 25-75 percentile band."""
+    runs = list(runs)
+    ops = sorted({r["op"] for r in runs})
+    fig, axes = plt.subplots(1, len(ops), figsize=(5.5 * len(ops), 4.2), squeeze=False)
+    for ax, op in zip(axes[0], ops):
+        labels = sorted({r[label_key] for r in runs if r["op"] == op})
+        for label in labels:
+            curves = [r["curve"] for r in runs if r["op"] == op and r[label_key] == label and r["curve"]]
+            if not curves:
+                continue
+            length = min(len(c) for c in curves)
+            data = np.array([c[:length] for c in curves])
+            x = np.arange(1, length + 1)
+            median = np.median(data, axis=0)
+            (line,) = ax.plot(x, median, label=f"{label} (n={len(curves)})", linewidth=1.8)
+            ax.fill_between(x, np.percentile(data, 25, axis=0), np.percentile(data, 75, axis=0),
+                            color=line.get_color(), alpha=0.18)
+        ax.set_title(op)
+        ax.set_xlabel("trials")
+        ax.set_ylabel("best GFLOPS so far")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="lower right")
+    fig.suptitle(title + "  (median, 25-75% band over seeds)")
+    _save(fig, path)
+
+
+def bar_chart(rows: list[dict], path: str) -> None:
+    """Inference time per model and variant (mean with std as error bars)."""
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    variants = list(dict.fromkeys(r["variant"] for r in rows))
+    width = 0.8 / len(variants)
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.8 * len(models) + 2), 4.2))
+    for i, variant in enumerate(variants):
+        values = [next((r for r in rows if r["model"] == m and r["variant"] == variant), None) for m in models]
+        x = np.arange(len(models)) + i * width
+        ax.bar(x, [v["mean_ms"] if v else 0 for v in values], width, yerr=[v["std_ms"] if v else 0 for v in values],
+               label=variant, capsize=3)
+    ax.set_xticks(np.arange(len(models)) + width * (len(variants) - 1) / 2, models)
+    ax.set_ylabel("inference time (ms, lower is better)")
+    ax.set_yscale("log")
+    ax.set_title("Inference time: PyTorch eager vs TVM untuned vs TVM tuned")
+    ax.legend()
+    ax.grid(axis="y", alpha=0.3)
+    _save(fig, path)
+
+
+def hyperparameter_bars(rows: list[dict], path: str) -> None:
+    """Final best GFLOPS per hyperparameter trial: mean over seeds with std error bars."""
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(rows) + 2), 4.5))
+    x = np.arange(len(rows))
+    ax.bar(x, [r["mean_best_gflops"] for r in rows], yerr=[r["std_best_gflops"] for r in rows], capsize=3,
+           color="tab:blue")
+    ax.set_xticks(x, [r["label"] for r in rows], rotation=30, ha="right", fontsize=7)
+    ax.set_ylabel("best GFLOPS (mean over seeds and workloads)")
+    ax.set_title("GA-DQN hyperparameter trials (random search)")
+    ax.grid(axis="y", alpha=0.3)
+    _save(fig, path)
+
+
+def monitor_plots(monitor: list[dict], path: str, title: str) -> None:
+    """Loss, reward, epsilon, GFLOPS and the two agents' action histograms of one GA-DQN run."""
+    fig, axes = plt.subplots(2, 3, figsize=(15, 7.5))
+    trial = [m["trial"] for m in monitor]
+
+    def series(key: str) -> tuple[list, list]:
+        pts = [(m["trial"], m[key]) for m in monitor if m.get(key) is not None]
+        return [p[0] for p in pts], [p[1] for p in pts]
+
+    for ax, key, label in ((axes[0][0], "mutation_loss", "mutation agent"), (axes[0][0], "crossover_loss", "crossover agent")):
+        xs, ys = series(key)
+        if ys:
+            ax.plot(xs, ys, ".", alpha=0.5, label=label)
+    axes[0][0].set(title="Huber loss per training step", xlabel="trial", ylabel="loss")
+    axes[0][0].legend()
+    xs, ys = series("reward")
+    axes[0][1].plot(xs, ys, ".", alpha=0.5)
+    if len(ys) >= 10:
+        k = 10
+        axes[0][1].plot(xs[k - 1:], np.convolve(ys, np.ones(k) / k, mode="valid"), label="moving mean (10)")
+        axes[0][1].legend()
+    axes[0][1].set(title="reward of each child", xlabel="trial", ylabel="reward")
+    xs, ys = series("epsilon")
+    axes[0][2].plot(xs, ys)
+    axes[0][2].set(title="exploration rate (epsilon)", xlabel="trial", ylabel="epsilon")
+    axes[1][0].plot(trial, [m["best_gflops"] for m in monitor], label="best")
+    axes[1][0].plot(trial, [m["mean_gflops"] for m in monitor], label="mean of measured")
+    axes[1][0].set(title="GFLOPS", xlabel="trial", ylabel="GFLOPS")
+    axes[1][0].legend()
+    for ax, key, name in ((axes[1][1], "crossover_action", "crossover point"), (axes[1][2], "mutation_action", "mutated knob")):
+        values = [m[key] for m in monitor if m.get(key) is not None]
+        if values:
+            ax.hist(values, bins=np.arange(max(values) + 2) - 0.5, rwidth=0.85)
+        ax.set(title=f"chosen {name}", xlabel=name, ylabel="count")
+    for ax in axes.flat:
+        ax.grid(alpha=0.3)
+    fig.suptitle(title)
+    _save(fig, path)
