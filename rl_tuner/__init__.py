@@ -4,3 +4,12 @@ from .dqn import DQNAgent, DQNConfig
 from .gadqn_tuner import GADQNTuner
 
 __all__ = ["DQNAgent", "DQNConfig", "GADQNTuner"]
+
+
+def __getattr__(name: str):
+    """``GADQNSearchStrategy`` is imported on first use: it pulls in MetaSchedule."""
+    if name == "GADQNSearchStrategy":
+        from .ms_strategy import GADQNSearchStrategy
+
+        return GADQNSearchStrategy
+    raise AttributeError(name)

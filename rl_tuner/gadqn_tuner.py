@@ -31,7 +31,7 @@ POLICIES = ("dqn", "random")
 
 
 class GADQNTuner(PopulationTuner):
-    def __init__(self, task: Any, pop_size: int = 32, elite_num: int = 3, reward: str = "improvement",
+    def __init__(self, task: Any, pop_size: int = 16, elite_num: int = 3, reward: str = "improvement",
                  action_policy: str = "dqn", mode: str = "train", checkpoint: str | None = None,
                  max_knobs: int | None = None, dqn: DQNConfig | dict | None = None, failure_penalty: float = 0.1,
                  reward_cap: float = 2.0, seed: int | None = None) -> None:

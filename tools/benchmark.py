@@ -45,12 +45,12 @@ def time_torch(model: Any, number: int, repeat: int) -> dict:
     return _stats(runs)
 
 
-def _vm(exe: Any, target: Any, profile: bool = False) -> tuple[Any, Any]:
+def _vm(exe: Any, target: Any) -> tuple[Any, Any]:
     import tvm
     from tvm import relax
 
     dev = tvm.cuda() if target.kind.name == "cuda" else tvm.cpu()
-    return relax.VirtualMachine(exe, dev, profile=profile), dev
+    return relax.VirtualMachine(exe, dev), dev
 
 
 def run_tvm(exe: Any, target: Any, model: Any, number: int, repeat: int) -> tuple[list[np.ndarray], dict]:
@@ -71,13 +71,34 @@ def _flatten_tvm(out: Any) -> list:
     return [t for item in out for t in _flatten_tvm(item)]
 
 
-def profile_tvm(exe: Any, target: Any, model: Any) -> str:
-    """Relax VM's per-function time breakdown, as CSV text."""
+def profile_tvm(exe: Any, target: Any, model: Any, runs: int = 5) -> str:
+    """Per-function time breakdown (CSV: name, calls, total ms, share), timed through the VM's
+    instrumentation hook around every call it makes."""
     import tvm
 
-    vm, dev = _vm(exe, target, profile=True)
-    report = vm.profile("main", *[tvm.runtime.tensor(t.numpy(), dev) for t in model.inputs])
-    return report.csv()
+    vm, dev = _vm(exe, target)
+    totals: dict[str, list] = {}
+    started: dict[str, float] = {}
+
+    def instrument(func, symbol, before_run, ret_value, *args):
+        if before_run:
+            started[symbol] = time.perf_counter()
+        else:
+            dev.sync()
+            entry = totals.setdefault(symbol, [0, 0.0])
+            entry[0] += 1
+            entry[1] += time.perf_counter() - started.pop(symbol, time.perf_counter())
+        return 0
+
+    vm.set_instrument(tvm.runtime.convert(instrument) if hasattr(tvm.runtime, "convert") else instrument)
+    args = [tvm.runtime.tensor(t.numpy(), dev) for t in model.inputs]
+    for _ in range(runs):
+        vm["main"](*args)
+    grand = sum(v[1] for v in totals.values()) or 1.0
+    lines = ["name,calls,total_ms,share"]
+    for name, (calls, secs) in sorted(totals.items(), key=lambda kv: -kv[1][1]):
+        lines.append(f"{name},{calls},{1e3 * secs / runs:.4f},{secs / grand:.4f}")
+    return "\n".join(lines) + "\n"
 
 
 def compare_outputs(got: list[np.ndarray], expected: list[np.ndarray], rtol: float, atol: float) -> float:

@@ -26,7 +26,7 @@ def log_path(settings: dict, model_name: str) -> str:
 
 def bound_params(mod: Any, params: list) -> dict:
     """Name -> tensor for the trailing parameters of ``main`` (what ``detach_params`` split off)."""
-    names = [p.name_hint for p in mod["main"].params]
+    names = [p.name for p in mod["main"].params]
     return dict(zip(names[len(names) - len(params):], params))
 
 

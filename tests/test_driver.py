@@ -1,0 +1,149 @@
+"""driver.py end to end on a tiny op model, and one test per kind of bad input."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def driver(*args, cwd=None, timeout=600):
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    return subprocess.run([sys.executable, os.path.join(ROOT, "driver.py"), *args], capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=timeout)
+
+
+def tiny_config(tmp_path, **overrides):
+    config = {
+        "models": [{"name": "mm", "type": "op", "workload": "mm64"}],
+        "target": "llvm",
+        "autotuner_settings": {"tuner": "ga-dqn", "trials": 6, "number": 2, "repeat": 1, "n_parallel": 2,
+                               "seed": 0, "save_path": str(tmp_path / "out"), "save_name": "t",
+                               "tuner_options": {"pop_size": 4}},
+        "run_settings": {"repeat": 3, "number": 2, "profile": True},
+        "experiments": {"names": ["compare_gadqn_ga", "gadqn_monitor"], "workloads": ["mm64"], "trials": 6,
+                        "repeats": 2, "save_path": str(tmp_path / "exp"), "save_name": "e"},
+    }
+    for key, value in overrides.items():
+        config[key] = value
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    return str(path), config
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("drv")
+    path, config = tiny_config(tmp_path)
+    result = driver("-m=tune", f"-c={path}")
+    return tmp_path, path, config, result
+
+
+def test_tune_writes_records_and_summary(tuned):
+    tmp_path, _, _, result = tuned
+    assert result.returncode == 0, result.stderr[-2000:]
+    log = tmp_path / "out" / "t-mm.json"
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(rows) == 6 and len({r["config"]["index"] for r in rows}) == 6
+    assert "best GFLOPS" in result.stdout and "total tuning time" in result.stdout
+
+
+def test_tune_again_resumes_without_remeasuring(tuned):
+    tmp_path, path, _, _ = tuned
+    log = tmp_path / "out" / "t-mm.json"
+    before = log.read_text()
+    result = driver("-m=tune", f"-c={path}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert log.read_text() == before  # the 6-trial budget was already spent: nothing new measured
+
+
+def test_benchmark_writes_table_and_chart(tuned):
+    tmp_path, path, _, _ = tuned
+    result = driver("-m=benchmark", f"-c={path}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    out = tmp_path / "out"
+    rows = list(csv.DictReader(open(out / "t-benchmark.csv")))
+    assert [r["variant"] for r in rows] == ["pytorch-eager", "tvm-untuned", "tvm-tuned"]
+    assert all(float(r["mean_ms"]) > 0 for r in rows)
+    assert all(float(r["max_abs_error"]) < 1e-3 for r in rows)
+    assert (out / "t-benchmark.png").stat().st_size > 5000
+    assert (out / "t-benchmark.json").exists()
+    profile = (out / "t-mm-tvm-tuned-profile.csv").read_text()
+    assert "Name" in profile or "name" in profile.lower()
+
+
+def test_experiment_writes_runs_summary_and_plots(tmp_path):
+    path, config = tiny_config(tmp_path)
+    result = driver("-m=experiment", f"-c={path}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    exp = tmp_path / "exp" / "e"
+    runs = json.load(open(exp / "compare_gadqn_ga" / "runs.json"))
+    assert sorted({r["label"] for r in runs}) == ["ga", "ga-dqn"] and len(runs) == 4
+    assert all(len(r["curve"]) == 6 for r in runs)
+    assert (exp / "compare_gadqn_ga" / "curves.png").stat().st_size > 5000
+    assert "median_best_gflops" in (exp / "compare_gadqn_ga" / "summary.csv").read_text()
+    assert (exp / "gadqn_monitor" / "monitor-mm64.png").stat().st_size > 5000
+    # previous_results_dir: the same experiment reuses every saved run
+    config["experiments"]["previous_results_dir"] = str(exp)
+    config["experiments"]["save_name"] = "again"
+    (tmp_path / "c2.json").write_text(json.dumps(config))
+    again = driver("-m=experiment", f"-c={tmp_path / 'c2.json'}")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert again.stdout.count("reusing") == 4 + 1
+
+
+# ----------------------------------------------------------------------------- bad input
+def _bad(result, *words):
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+def test_unknown_method():
+    _bad(driver("-m=fly"), "fly", "tune, benchmark, experiment")
+
+
+def test_missing_config_file(tmp_path):
+    _bad(driver("-m=tune", f"-c={tmp_path / 'nope.json'}"), "does not exist")
+
+
+def test_malformed_json_says_line_and_column(tmp_path):
+    path = tmp_path / "bad.json"
+    path.write_text('{\n  "target": "llvm",\n  "models": [,]\n}')
+    _bad(driver("-m=tune", f"-c={path}"), "line 3", "column")
+
+
+@pytest.mark.parametrize("override,words", [
+    ({"autotuner_settings": {"tuner": "annealing"}}, ["autotuner_settings.tuner", "annealing", "ga-dqn"]),
+    ({"models": [{"name": "x", "type": "op", "workload": "nope"}]}, ["nope", "c1"]),
+    ({"models": [{"name": "x", "type": "onnx"}]}, ["models.0.type", "onnx", "hf"]),
+    ({"models": [{"name": "x", "type": "hf", "model": "gpt9"}]}, ["gpt9", "bert"]),
+    ({"experiments": {"names": ["race"]}}, ["experiments.names.0", "race", "compare_tuners"]),
+    ({"autotuner_settings": {"trials": 0}}, ["autotuner_settings.trials", ">= 1"]),
+    ({"target": "opencl"}, ["target", "llvm"]),
+])
+def test_bad_keys(tmp_path, override, words):
+    _bad(driver("-m=tune", "-c=" + json.dumps(override | ({"models": [{"name": "m", "type": "op", "workload": "mm64"}]}
+                                                       if "models" not in override else {}))), *words)
+
+
+def test_unwritable_save_path(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    config = {"models": [{"name": "m", "type": "op", "workload": "mm64"}],
+              "autotuner_settings": {"save_path": str(blocker / "sub")}}
+    _bad(driver("-m=tune", "-c=" + json.dumps(config)), "autotuner_settings.save_path")
+
+
+def test_pretrained_without_weights(tmp_path):
+    config = {"models": [{"name": "r", "type": "hf", "model": "resnet-18", "pretrained": True,
+                          "path": str(tmp_path / "none")}],
+              "autotuner_settings": {"save_path": str(tmp_path)}}
+    _bad(driver("-m=tune", "-c=" + json.dumps(config)), "pretrained", "path")
