@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from .record import _target_kind, load_records, pick_best, workload_key
+from .record import load_records, pick_best, workload_key
 
 _local = threading.local()
 
@@ -55,4 +55,4 @@ def apply_history_best(records: Any) -> ApplyHistoryBest:
     return ApplyHistoryBest(records)
 
 
-__all__ = ["ApplyHistoryBest", "DispatchContext", "apply_history_best", "_target_kind"]
+__all__ = ["ApplyHistoryBest", "DispatchContext", "apply_history_best"]

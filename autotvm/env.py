@@ -7,6 +7,7 @@ expensive import of TVM's tensor intrinsics happens at most once per process.
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
 import sys
 from typing import Any
@@ -90,12 +91,7 @@ def load_tensor_intrinsics() -> None:
     original = inspect.stack
     inspect.stack = _cheap_stack
     try:
-        importlib_import("tvm.s_tir.tensor_intrin")
+        importlib.import_module("tvm.s_tir.tensor_intrin")
     finally:
         inspect.stack = original
 
-
-def importlib_import(name: str) -> Any:
-    import importlib
-
-    return importlib.import_module(name)

@@ -56,12 +56,11 @@ def workload_key(task: Any) -> tuple:
     return (task.name, *_freeze(list(task.args)))
 
 
-def encode(inp: MeasureInput, result: MeasureResult) -> str:
-    """One JSON line: input (target, task name, args), config, result, version."""
+def _row(target: Any, name: str, args: Any, config: dict, result: MeasureResult) -> str:
     costs = list(result.costs) if result.ok else [FAILED_COST]
     row = {
-        "input": [str(inp.target), inp.task.name, list(inp.task.args), {}],
-        "config": inp.config.to_json_dict(),
+        "input": [str(target), name, list(args), {}],
+        "config": config,
         "result": [costs, int(result.error_no), float(result.all_cost), float(result.timestamp)],
         "version": AUTOTVM_LOG_VERSION,
         "tvm_version": tvm.__version__,
@@ -69,6 +68,11 @@ def encode(inp: MeasureInput, result: MeasureResult) -> str:
     if not result.ok:  # an extra key: AutoTVM readers ignore it, people debugging need it
         row["error_msg"] = result.error_message
     return json.dumps(row)
+
+
+def encode(inp: MeasureInput, result: MeasureResult) -> str:
+    """One JSON line: input (target, task name, args), config, result, version."""
+    return _row(inp.target, inp.task.name, inp.task.args, inp.config.to_json_dict(), result)
 
 
 def decode(line: str) -> tuple[MeasureInput, MeasureResult]:
@@ -134,7 +138,4 @@ def pick_best_to_file(in_path: str, out_path: str) -> None:
     """Write only the best record of each workload to ``out_path``."""
     with open(out_path, "w", encoding="utf-8") as out:
         for inp, res in pick_best(load_from_file(in_path)).values():
-            out.write(json.dumps({"input": [str(inp.target), inp.task.name, list(inp.task.args), {}],
-                                  "config": inp.config.to_json_dict(),
-                                  "result": [list(res.costs), res.error_no, res.all_cost, res.timestamp],
-                                  "version": AUTOTVM_LOG_VERSION, "tvm_version": tvm.__version__}) + "\n")
+            out.write(encode(inp, res) + "\n")

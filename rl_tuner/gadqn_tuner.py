@@ -191,6 +191,7 @@ class GADQNTuner(PopulationTuner):
         self._best_seen = max([self._best_seen] + [self.flops_of(r) for r in results])
 
     def learn_history(self, inputs, results) -> None:
+        super().learn_history(inputs, results)
         self._best_seen = max([self._best_seen] + [self.flops_of(r) for r in results])
 
     def on_measured(self, member: Member, flops: float) -> None:

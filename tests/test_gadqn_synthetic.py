@@ -156,3 +156,19 @@ def test_dqn_agent_learns_a_bandit():
         agent.observe(state, action, reward, state, mask, True)
     assert agent.greedy_action(np.array([0.5, 0.5], np.float32), mask) == 2
     assert agent.greedy_action(np.array([0.5, 0.5], np.float32), np.array([True, True, False])) in (0, 1)
+
+
+@pytest.mark.parametrize("make", [lambda t: GATuner(t, pop_size=8, seed=0), lambda t: GADQNTuner(t, pop_size=8, seed=0)])
+def test_resume_breeds_from_loaded_records(make):
+    from autotvm.measure.measure import MeasureInput
+
+    task = one_knob_dominates()
+    first = run(make(task), task, 30)
+    measure = __import__("synthetic").synthetic_measure(task)
+    inputs = [MeasureInput(None, task, task.config_space.get(h["index"])) for h in first.history]
+    second = make(task)
+    assert second.load_history(list(zip(inputs, measure(inputs)))) == 30
+    assert second.best_flops == first.best_flops
+    run(second, task, 20)
+    assert second.generation >= 1  # bred from the loaded records, not a new random population
+    assert not {h["index"] for h in second.history} & {h["index"] for h in first.history}

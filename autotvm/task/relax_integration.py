@@ -15,14 +15,25 @@ from ..env import load_tensor_intrinsics, make_target
 from .trace_task import TraceTask
 
 
-def fuse_program(mod: tvm.IRModule, target: Any, params: dict | None = None) -> tvm.IRModule:
-    """Bind params, legalize and fuse a Relax module into calls of fused PrimFuncs."""
+def prepare_program(mod: tvm.IRModule, params: dict | None = None) -> tvm.IRModule:
+    """Bind params and rewrite inference-only ops (batch norm becomes a scale and a shift that
+    fold into constants and fuse into the preceding convolution)."""
+    from tvm import relax
+
+    if params:
+        mod = relax.transform.BindParams("main", params)(mod)
+    seq = tvm.transform.Sequential([relax.transform.DecomposeOpsForInference(), relax.transform.FoldConstant()])
+    with tvm.transform.PassContext(opt_level=3):
+        return seq(mod)
+
+
+def fuse_program(mod: tvm.IRModule, target: Any) -> tvm.IRModule:
+    """Legalize and fuse a prepared Relax module into calls of fused PrimFuncs, as
+    MetaSchedule's ``compile_relax`` does (so task keys match at build time)."""
     from tvm import relax
     from tvm.relax import pipeline as relax_pipeline
 
     target = make_target(target)
-    if params:
-        mod = relax.transform.BindParams("main", params)(mod)
     try:
         dispatch = list(relax_pipeline.library_dispatch_passes(target))
     except (ValueError, AttributeError):
@@ -49,7 +60,7 @@ def extract_from_program(mod: tvm.IRModule, target: Any, params: dict | None = N
     from tvm.s_tir import meta_schedule as ms
 
     target = make_target(target)
-    fused = fuse_program(mod, target, params)
+    fused = fuse_program(prepare_program(mod, params), target)
     extracted = ms.relax_integration.extract_tasks(fused, target)
     return [TraceTask(t.task_name, t.dispatched[0], target, weight=int(t.weight)) for t in extracted]
 
@@ -65,8 +76,9 @@ def build_program(mod: tvm.IRModule, target: Any, params: dict | None = None) ->
     from ..dispatcher import DispatchContext
 
     target = make_target(target)
+    mod = prepare_program(mod, params)
     database = ms.database.MemoryDatabase()
-    for task in extract_from_program(mod, target, params):
+    for task in extract_from_program(mod, target):
         cfg = DispatchContext.current_config(task)
         if cfg is None:
             continue
@@ -74,4 +86,4 @@ def build_program(mod: tvm.IRModule, target: Any, params: dict | None = None) ->
         workload = database.commit_workload(task.mod)
         database.commit_tuning_record(ms.database.TuningRecord(
             sch.trace, workload, [1.0], target, ms.arg_info.ArgInfo.from_prim_func(task.mod["main"])))
-    return ms.relax_integration.compile_relax(database, mod, target, params)
+    return ms.relax_integration.compile_relax(database, mod, target, None)

@@ -134,6 +134,16 @@ class PopulationTuner(Tuner):
             member.score = flops
             self.on_measured(member, flops)
 
+    def learn_history(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
+        """Resume from loaded records: the best of them become the population to breed from."""
+        scored = sorted(((inp.config, self.flops_of(res)) for inp, res in zip(inputs, results)),
+                        key=lambda pair: pair[1], reverse=True)[: self.pop_size]
+        for cfg, flops in scored:
+            self.scores[cfg.index] = flops
+        if len(scored) >= 2:
+            self.population = [Member(list(cfg.knob), cfg.index, flops) for cfg, flops in scored]
+            self.to_breed = 0  # the next batch starts a generation bred from them
+
     def select_parents(self, parents: list[Member], probs: np.ndarray) -> tuple[Member, Member]:
         """Two parents, fitness-proportional (with replacement, as AutoTVM's GA)."""
         i, j = self.rng.choice(len(parents), size=2, p=probs)
