@@ -18,6 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import autotvm  # noqa: E402
 from tools.compare import format_table, geomean_ratio, run_metaschedule, run_tuner, summarise  # noqa: E402
+from tools.plots import tuning_curves  # noqa: E402
 
 
 def main() -> None:
@@ -32,6 +33,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--n-parallel", type=int, default=2)
     parser.add_argument("--out", default="results/compare_tuners.json")
+    parser.add_argument("--plot", default=None, help="PNG of the tuning curves (default: beside --out)")
     args = parser.parse_args()
 
     builder = autotvm.LocalBuilder(n_parallel=args.n_parallel, timeout=30)
@@ -58,6 +60,9 @@ def main() -> None:
                 json.dump({"args": vars(args), "runs": runs}, open(args.out, "w"))
     rows = summarise(runs)
     print(format_table(rows))
+    plot = args.plot or os.path.splitext(args.out)[0] + ".png"
+    tuning_curves(runs, plot, f"Best GFLOPS vs trials, {args.trials} trials, {args.seeds} seeds")
+    print(f"wrote {args.out} and {plot}")
     for base in ("ga", "xgb", "ga-dqn-random", "random", "metaschedule"):
         ratio = geomean_ratio(rows, "ga-dqn", base)
         if ratio is not None:

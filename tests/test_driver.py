@@ -147,3 +147,30 @@ def test_pretrained_without_weights(tmp_path):
                           "path": str(tmp_path / "none")}],
               "autotuner_settings": {"save_path": str(tmp_path)}}
     _bad(driver("-m=tune", "-c=" + json.dumps(config)), "pretrained", "path")
+
+
+def test_ctrl_c_leaves_a_valid_log_and_rerun_resumes(tmp_path):
+    import signal
+    import time
+
+    path, config = tiny_config(tmp_path)
+    config["autotuner_settings"]["trials"] = 40
+    config["autotuner_settings"]["tuner"] = "random"
+    (tmp_path / "c.json").write_text(json.dumps(config))
+    log = tmp_path / "out" / "t-mm.json"
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "driver.py"), "-m=tune", f"-c={tmp_path / 'c.json'}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.time() + 120
+    while time.time() < deadline and (not log.exists() or len(log.read_text().splitlines()) < 4):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-2000:]
+    assert "re-run to resume" in err and "Traceback" not in err
+    first = [json.loads(line) for line in log.read_text().splitlines()]  # every line is valid
+    assert 4 <= len(first) < 40
+    result = driver("-m=tune", f"-c={tmp_path / 'c.json'}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(rows) == 40 and len({r["config"]["index"] for r in rows}) == 40

@@ -30,7 +30,10 @@ def _first_line(err: BaseException) -> str:
 
 
 def _pool(n_workers: int, timeout: float | None, max_uses: int) -> PopenPoolExecutor:
-    return PopenPoolExecutor(max_workers=n_workers, timeout=timeout, maximum_process_uses=max_uses)
+    """Workers ignore Ctrl-C: the tuning process handles it, so a worker never dies half-way
+    through a job and turns an interruption into a (false) failed measurement."""
+    return PopenPoolExecutor(max_workers=n_workers, timeout=timeout, maximum_process_uses=max_uses,
+                             initializer=workers.ignore_sigint)
 
 
 class LocalBuilder:

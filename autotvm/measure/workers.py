@@ -16,6 +16,13 @@ import numpy as np
 _REFERENCE_OUTPUTS: dict[str, list] = {}
 
 
+def ignore_sigint() -> None:
+    """Worker initializer: leave Ctrl-C to the tuning process."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _arg_info(mod: Any) -> list:
     return [([int(x) for x in p.shape], str(p.dtype)) for p in mod["main"].params]
 
