@@ -17,7 +17,8 @@ def _build_and_check(spec, rtol=1e-3, atol=1e-3):
     tasks = autotvm.task.extract_from_program(mod, "llvm", named)
     exe = autotvm.build_program(mod, "llvm", named)
     outputs, stats = run_tvm(exe, autotvm.make_target("llvm"), model, number=1, repeat=1)
-    compare_outputs(outputs, model.torch_outputs(), rtol, atol)
+    error, ok = compare_outputs(outputs, model.torch_outputs(), rtol, atol)
+    assert ok, error
     return model, tasks, stats
 
 

@@ -101,16 +101,17 @@ def profile_tvm(exe: Any, target: Any, model: Any, runs: int = 5) -> str:
     return "\n".join(lines) + "\n"
 
 
-def compare_outputs(got: list[np.ndarray], expected: list[np.ndarray], rtol: float, atol: float) -> float:
-    """Max abs difference; raises if outputs differ beyond tolerance."""
-    if len(got) < 1:
-        raise AssertionError("TVM returned no output")
-    worst = 0.0
+def compare_outputs(got: list[np.ndarray], expected: list[np.ndarray], rtol: float, atol: float) -> tuple[float, bool]:
+    """(max abs difference, whether every output matches PyTorch within tolerance)."""
+    if not got or len(got) < len(expected[:1]):
+        return float("inf"), False
+    worst, ok = 0.0, True
     for g, e in zip(got, expected):
+        if g.shape != e.shape:
+            return float("inf"), False
         worst = max(worst, float(np.max(np.abs(g.astype(np.float64) - e))) if g.size else 0.0)
-        if g.shape != e.shape or not np.allclose(g, e, rtol=rtol, atol=atol):
-            raise AssertionError(f"TVM output differs from PyTorch (max abs error {worst:.3g})")
-    return worst
+        ok = ok and bool(np.allclose(g, e, rtol=rtol, atol=atol))
+    return worst, ok
 
 
 def benchmark_models(config: dict) -> list[dict]:
@@ -122,7 +123,7 @@ def benchmark_models(config: dict) -> list[dict]:
         model, mod, params, _ = model_tasks(spec, target)
         expected = model.torch_outputs()
         rows.append({"model": spec["name"], "variant": "pytorch-eager", **time_torch(model, run["number"], run["repeat"]),
-                     "max_abs_error": 0.0})
+                     "max_abs_error": 0.0, "matches_pytorch": True})
         log = log_path(settings, spec["name"])
         variants = [("tvm-untuned", None)] + ([("tvm-tuned", log)] if os.path.exists(log) else [])
         for variant, records in variants:
@@ -132,8 +133,12 @@ def benchmark_models(config: dict) -> list[dict]:
             else:
                 exe = autotvm.build_program(mod, target, params)
             outputs, stats = run_tvm(exe, target, model, run["number"], run["repeat"])
-            error = compare_outputs(outputs, expected, run["rtol"], run["atol"])
-            rows.append({"model": spec["name"], "variant": variant, **stats, "max_abs_error": error})
+            error, ok = compare_outputs(outputs, expected, run["rtol"], run["atol"])
+            if not ok:
+                print(f"WARNING: {spec['name']} {variant}: outputs differ from PyTorch beyond rtol={run['rtol']}, "
+                      f"atol={run['atol']} (max abs error {error:.3g})")
+            rows.append({"model": spec["name"], "variant": variant, **stats, "max_abs_error": error,
+                         "matches_pytorch": ok})
             if run["profile"]:
                 path = os.path.join(out_dir, f"{settings['save_name']}-{spec['name']}-{variant}-profile.csv")
                 with open(path, "w", encoding="utf-8") as handle:
@@ -153,9 +158,9 @@ def _write(rows: list[dict], out_dir: str, name: str) -> None:
         writer.writeheader()
         writer.writerows(rows)
     bar_chart(rows, base + ".png")
-    head = f"{'model':14} {'variant':14} {'mean ms':>9} {'median ms':>10} {'std ms':>8} {'max err':>9}"
+    head = f"{'model':14} {'variant':14} {'mean ms':>9} {'median ms':>10} {'std ms':>8} {'max err':>9} {'ok':>3}"
     print("\n" + head + "\n" + "-" * len(head))
     for r in rows:
         print(f"{r['model'][:14]:14} {r['variant']:14} {r['mean_ms']:9.3f} {r['median_ms']:10.3f} {r['std_ms']:8.3f} "
-              f"{r['max_abs_error']:9.2g}")
+              f"{r['max_abs_error']:9.2g} {'yes' if r['matches_pytorch'] else 'NO':>3}")
     print(f"wrote {base}.csv, {base}.json and {base}.png")
