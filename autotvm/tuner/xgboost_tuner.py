@@ -83,9 +83,13 @@ class XGBTuner(Tuner):
         self.model = xgb.train(params, dtrain, num_boost_round=100 if len(y) < 500 else 200)
 
     def _predict(self, knobs: np.ndarray) -> np.ndarray:
-        import xgboost as xgb
+        return self.model.inplace_predict(self._features(knobs))
 
-        return self.model.predict(xgb.DMatrix(self._features(knobs)))
+    def _strides(self) -> np.ndarray | None:
+        """Mixed-radix strides turning knob rows into indices with one matrix product (small spaces)."""
+        if self.space.range_length >= 2**62:
+            return None
+        return np.concatenate([[1], np.cumprod(self.dims[:-1])]).astype(np.int64)
 
     # -- simulated annealing over the model
     def _random_knobs(self, n: int) -> np.ndarray:
@@ -110,17 +114,24 @@ class XGBTuner(Tuner):
         scores = self._predict(points)
         heap: list[tuple[float, int]] = []
         in_heap: set[int] = set()
+        strides = self._strides()
 
         def offer(knobs: np.ndarray, values: np.ndarray) -> bool:
+            """Push the candidates that beat the heap's worst; vectorised filter first."""
+            if len(heap) >= num:
+                keep = values > heap[0][0]
+                knobs, values = knobs[keep], values[keep]
+            if len(values) == 0:
+                return False
+            points = (knobs @ strides).tolist() if strides is not None else [self.space.knob2point(k) for k in knobs]
             changed = False
-            for k, v in zip(knobs, values):
-                p = self.space.knob2point(k)
+            for p, v in zip(points, values.tolist()):
                 if p in self.visited or p in in_heap:
                     continue
                 if len(heap) < num:
-                    heapq.heappush(heap, (float(v), p)); in_heap.add(p); changed = True
+                    heapq.heappush(heap, (v, p)); in_heap.add(p); changed = True
                 elif v > heap[0][0]:
-                    _, old = heapq.heapreplace(heap, (float(v), p)); in_heap.discard(old); in_heap.add(p)
+                    _, old = heapq.heapreplace(heap, (v, p)); in_heap.discard(old); in_heap.add(p)
                     changed = True
             return changed
 
