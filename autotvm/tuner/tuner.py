@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import signal
+import threading
 import time
 from typing import Any, Callable, Iterable, Sequence
 
@@ -13,6 +16,27 @@ from ..measure.measure import MeasureInput, MeasureResult, create_measure_batch
 from ..record import load_records, workload_key
 
 logger = logging.getLogger("autotvm")
+
+
+@contextlib.contextmanager
+def _interrupt_between_batches():
+    """Turn the first SIGINT into a flag checked between batches (main thread only)."""
+    state = {"count": 0}
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: False
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        state["count"] += 1
+        if state["count"] > 1:
+            raise KeyboardInterrupt
+        logger.warning("interrupted: finishing the batch in flight, then stopping (Ctrl-C again to stop now)")
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield lambda: state["count"] > 0
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class Tuner:
@@ -118,7 +142,17 @@ class Tuner:
 
     def run_loop(self, measure_batch: Callable, n_parallel: int, n_trial: int, early_stopping: int | None = None,
                  callbacks: Iterable[Callable] = ()) -> None:
-        """The loop of ``tune`` with any measure function (``inputs -> results``), e.g. a synthetic one."""
+        """The loop of ``tune`` with any measure function (``inputs -> results``), e.g. a synthetic one.
+
+        Ctrl-C lets the batch in flight finish and reach the callbacks (so its measurements are
+        logged), then raises ``KeyboardInterrupt``; a second Ctrl-C stops at once. Without this, a
+        signal landing inside a TVM call could surface as a TVM error and be mistaken for a failed config.
+        """
+        with _interrupt_between_batches() as interrupted:
+            self._loop(measure_batch, n_parallel, n_trial, early_stopping, callbacks, interrupted)
+
+    def _loop(self, measure_batch: Callable, n_parallel: int, n_trial: int, early_stopping: int | None,
+              callbacks: Iterable[Callable], interrupted: Callable[[], bool]) -> None:
         self.n_trial = n_trial
         self.early_stopping = early_stopping if early_stopping is not None else n_trial + 1
         callbacks = list(callbacks)
@@ -151,6 +185,8 @@ class Tuner:
             self._timed(self.update, inputs, results)
             for callback in callbacks:
                 callback(self, inputs, results)
+            if interrupted():
+                raise KeyboardInterrupt
             if i >= self.best_iter + self.early_stopping:
                 logger.info("early stopped at trial %d: no improvement in %d trials", i, self.early_stopping)
                 break
