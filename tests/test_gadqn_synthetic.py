@@ -6,7 +6,7 @@ import pytest
 from ga_tuner import GATuner
 from rl_tuner import DQNAgent, DQNConfig, GADQNTuner
 
-from synthetic import SyntheticTask, dominant_knob, one_knob_dominates, run, trials_to_reach
+from synthetic import SyntheticTask, dominant_knob, one_knob_dominates, run, synthetic_measure, trials_to_reach
 
 SEEDS = range(6)
 
@@ -53,7 +53,7 @@ def test_exact_budget_full_batches_no_duplicates(make, batch):
     task = one_knob_dominates()
     seen_batches = []
     tuner = make(task, 0)
-    tuner.run_loop(__import__("synthetic").synthetic_measure(task), batch, 47,
+    tuner.run_loop(synthetic_measure(task), batch, 47,
                    callbacks=[lambda t, i, r: seen_batches.append(len(r))])
     indices = [h["index"] for h in tuner.history]
     assert len(indices) == 47 and len(set(indices)) == 47
@@ -164,7 +164,7 @@ def test_resume_breeds_from_loaded_records(make):
 
     task = one_knob_dominates()
     first = run(make(task), task, 30)
-    measure = __import__("synthetic").synthetic_measure(task)
+    measure = synthetic_measure(task)
     inputs = [MeasureInput(None, task, task.config_space.get(h["index"])) for h in first.history]
     second = make(task)
     assert second.load_history(list(zip(inputs, measure(inputs)))) == 30

@@ -28,18 +28,24 @@ def test_trace_task_knobs_come_from_metaschedule(matmul_task):
     assert matmul_task.args[0] == ["TENSOR", [64, 64], "float32"]
 
 
-def test_trace_task_configs_are_correct_or_invalid(matmul_task):
-    a, b, c = random_matmul_inputs(64, 64, 64)
-    rng = np.random.default_rng(0)
+def _check_sampled_configs(task, count, rng, inputs, expected, output=2, **tolerance):
+    """Instantiate ``count`` random configs; each must compute ``expected`` or be invalid.
+    Returns how many were valid (and checked)."""
     valid = 0
-    for index in matmul_task.config_space.sample_ints(12, rng):
+    for index in task.config_space.sample_ints(count, rng):
         try:
-            mod = matmul_task.instantiate(matmul_task.config_space.get(index))
+            mod = task.instantiate(task.config_space.get(index))
         except InstantiationError:
             continue
-        out = run_module(mod, matmul_task.target, [a, b, c])[2]
-        np.testing.assert_allclose(out, a @ b, rtol=1e-4)
+        out = run_module(mod, task.target, [a.copy() for a in inputs])[output]
+        np.testing.assert_allclose(out, expected, **tolerance)
         valid += 1
+    return valid
+
+
+def test_trace_task_configs_are_correct_or_invalid(matmul_task):
+    a, b, c = random_matmul_inputs(64, 64, 64)
+    valid = _check_sampled_configs(matmul_task, 12, np.random.default_rng(0), [a, b, c], a @ b, rtol=1e-4)
     assert valid >= 6
 
 
@@ -69,13 +75,6 @@ def test_compute_location_knob_on_a_padded_conv():
     direct = sum(np.einsum("nchw,oc->nohw", padded[:, :, dy:dy + 14, dx:dx + 14], w[:, :, dy, dx])
                  for dy in range(3) for dx in range(3))
     np.testing.assert_allclose(expected, direct, rtol=1e-4, atol=1e-4)
-    checked = 0
-    for index in task.config_space.sample_ints(6, rng):
-        try:
-            mod = task.instantiate(task.config_space.get(index))
-        except InstantiationError:
-            continue
-        out = run_module(mod, task.target, [x, w, np.zeros((1, 8, 14, 14), np.float32)])[2]
-        np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
-        checked += 1
+    checked = _check_sampled_configs(task, 6, rng, [x, w, np.zeros((1, 8, 14, 14), np.float32)], expected,
+                                     rtol=1e-4, atol=1e-4)
     assert checked >= 2

@@ -16,6 +16,7 @@ import time
 from typing import Any, Iterable
 
 import numpy as np
+import tvm
 
 import autotvm
 from autotvm.env import load_tensor_intrinsics
@@ -67,7 +68,7 @@ def run_metaschedule(op: str, seed: int, trials: int, number: int, repeat: int, 
 
     target = autotvm.make_target(target)
     func = workload(op)
-    flop = float(__import__("tvm").s_tir.analysis.estimate_tir_flops(__import__("tvm").IRModule({"main": func})))
+    flop = float(tvm.s_tir.analysis.estimate_tir_flops(tvm.IRModule({"main": func})))
     with tempfile.TemporaryDirectory(prefix="ms-") as work_dir:
         builder = ms.builder.LocalBuilder(max_workers=n_parallel, f_build=ms_fast_build if fast_build else None)
         runner = ms.runner.LocalRunner(evaluator_config=ms.runner.EvaluatorConfig(
