@@ -24,6 +24,9 @@ class AutoTVMError(ValueError):
 def make_target(target: Any) -> tvm.target.Target:
     """Turn "llvm", "cuda", a target dict or a ``Target`` into a ``tvm.target.Target``.
 
+    An LLVM target without ``mcpu`` or ``mtriple`` is for this machine: its CPU and core count
+    are filled in (as ``-mcpu=native`` would), so vector units such as AVX2/FMA are used.
+
     Current TVM refuses CLI strings such as "llvm -mcpu=x", so only bare kind names and dicts
     are accepted; anything else gets a one-line error listing what is allowed.
     """
@@ -51,15 +54,30 @@ def make_target(target: Any) -> tvm.target.Target:
             f"unknown target kind {kind!r}; allowed: {', '.join(SUPPORTED_TARGET_KINDS)} "
             "(or a dict such as {\"kind\": \"llvm\", \"num-cores\": 2})"
         )
-    if kind == "llvm" and "num-cores" not in spec:
-        import os
-
-        spec["num-cores"] = os.cpu_count() or 1
+    if kind == "llvm":
+        spec = _host_defaults(spec)
     try:
         return tvm.target.Target(spec)
     except Exception as err:  # TVM's message is long; keep its first line
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise AutoTVMError(f"invalid target {spec!r}: {first}") from None
+
+
+def _host_defaults(spec: dict) -> dict:
+    """Fill an LLVM target in for this machine: its core count and, unless the target names a
+    CPU or a triple (cross-compiling), this CPU's name. Without ``mcpu`` LLVM emits generic
+    x86-64 code (SSE2, no FMA): measured here, MM512's best fell from 62 to 32 GFLOPS."""
+    import os
+
+    from tvm.target import codegen
+
+    spec = dict(spec)
+    spec.setdefault("num-cores", os.cpu_count() or 1)
+    if "mcpu" not in spec and "mtriple" not in spec:
+        host = codegen.llvm_get_system_cpu()
+        if host and host != "generic":
+            spec["mcpu"] = host
+    return spec
 
 
 def device_of(target: tvm.target.Target) -> str:

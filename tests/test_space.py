@@ -109,3 +109,18 @@ def test_large_space_is_exact():
     assert space.knob2point(space.point2knob(big)) == big
     rng = np.random.default_rng(0)
     assert len(set(space.sample_ints(50, rng))) == 50
+
+
+def test_neighbours_are_small_steps():
+    space = ConfigSpace()
+    space.define_split("tile", 12, num_outputs=3)
+    space.define_knob("unroll", [0, 64, 16])
+    space.define_knob("mode", ["a", "b", "c"])
+    tile, unroll, mode = space.knobs
+    at = [e.size for e in tile.entities].index((2, 3, 2))
+    steps = {tile.entities[v].size for v in tile.neighbours(at)}
+    # one prime factor moved between two levels, nothing else
+    assert steps == {(1, 6, 2), (1, 3, 4), (6, 1, 2), (2, 1, 6), (4, 3, 1), (2, 6, 1)}
+    assert unroll.neighbours(0) == [2]  # 0 -> 16 (values in order 0, 16, 64)
+    assert unroll.neighbours(2) == [0, 1]
+    assert mode.neighbours(1) == [0, 2]  # no order: any other value

@@ -112,6 +112,7 @@ class Knob:
         if not self.entities:
             raise InstantiationError(f"knob {self.name!r} has no candidate")
         self._lookup = {_hashable(e.to_json()): i for i, e in enumerate(self.entities)}
+        self._neighbours: dict[int, list[int]] = {}
 
     def __len__(self) -> int:
         return len(self.entities)
@@ -119,6 +120,36 @@ class Knob:
     @property
     def kind(self) -> str:
         return _KIND_CODE[type(self.entities[0])]
+
+    def neighbours(self, value: int) -> list[int]:
+        """Values one small step from ``value``: for a split, one prime factor moved between two
+        levels (MetaSchedule's tile-size mutation); for numeric options, the adjacent ones in
+        value order; otherwise every other value. Falls back to every other value if none."""
+        if value not in self._neighbours:
+            others = [v for v in range(len(self.entities)) if v != value]
+            self._neighbours[value] = self._small_steps(value) or others
+        return self._neighbours[value]
+
+    def _small_steps(self, value: int) -> list[int]:
+        entity = self.entities[value]
+        if isinstance(entity, SplitEntity):
+            index = {e.size: i for i, e in enumerate(self.entities)}
+            steps = set()
+            for a, fa in enumerate(entity.size):
+                for p in _prime_factors(fa):
+                    for b in range(len(entity.size)):
+                        if b != a:
+                            size = list(entity.size)
+                            size[a], size[b] = size[a] // p, size[b] * p
+                            if tuple(size) in index:
+                                steps.add(index[tuple(size)])
+            return sorted(steps)
+        vals = [e.val if isinstance(e, OtherOptionEntity) else None for e in self.entities]
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
+            order = sorted(range(len(vals)), key=lambda i: vals[i])
+            at = order.index(value)
+            return sorted(order[j] for j in (at - 1, at + 1) if 0 <= j < len(order))
+        return []
 
     def index_of_json(self, value: Any) -> int:
         try:
@@ -128,6 +159,17 @@ class Knob:
 
 
 # ----------------------------------------------------------------------------- helpers
+def _prime_factors(n: int) -> list[int]:
+    primes, d = [], 2
+    while d * d <= n:
+        if n % d == 0:
+            primes.append(d)
+            while n % d == 0:
+                n //= d
+        d += 1
+    return primes + ([n] if n > 1 else [])
+
+
 def factorizations(extent: int, parts: int, max_innermost: int | None = None, power2: bool = False) -> list[tuple]:
     """Every ordered tuple of ``parts`` positive ints whose product is ``extent``."""
     divisors = [d for d in range(1, extent + 1) if extent % d == 0]
