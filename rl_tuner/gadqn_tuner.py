@@ -8,8 +8,9 @@
   when a pure crossover child is the better bet.
 - Each agent is trained on exactly the state it acted on, with the child's measured reward.
 - The mutated knob takes a small step by default (``mutation="local"``: a tile factor moved
-  between two levels, the next unroll depth), as MetaSchedule's mutators do; measured on C1,
-  MM512 and R3x3, a uniform redraw of a tiling throws away most of what the parent had found.
+  between two levels, the next unroll depth), as MetaSchedule's mutators do, so a child stays
+  near a good parent; ``mutation="redraw"`` is AutoTVM's uniform redraw, which can leave a bad
+  region that small steps cannot (see benchmarks/README.md).
 - ``action_policy="random"`` is the ablation: the same GA with uniform choices, no networks.
 
 States and actions are padded to ``max_knobs`` (invalid actions masked), so a saved agent can
