@@ -133,7 +133,6 @@ class Knob:
     def _small_steps(self, value: int) -> list[int]:
         entity = self.entities[value]
         if isinstance(entity, SplitEntity):
-            index = {e.size: i for i, e in enumerate(self.entities)}
             steps = set()
             for a, fa in enumerate(entity.size):
                 for p in _prime_factors(fa):
@@ -141,8 +140,9 @@ class Knob:
                         if b != a:
                             size = list(entity.size)
                             size[a], size[b] = size[a] // p, size[b] * p
-                            if tuple(size) in index:
-                                steps.add(index[tuple(size)])
+                            step = self._lookup.get(_hashable(SplitEntity(tuple(size)).to_json()))
+                            if step is not None:
+                                steps.add(step)
             return sorted(steps)
         vals = [e.val if isinstance(e, OtherOptionEntity) else None for e in self.entities]
         if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
