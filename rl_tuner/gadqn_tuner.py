@@ -2,15 +2,16 @@
 
 - Crossover agent: state = both parents' normalised genes and normalised fitness; action = a
   cut point among the n-1 points. A one-knob task has no cut point and skips crossover.
-- Mutation agent: state = the child's normalised genes; action = which knob to redraw, or
-  "keep" (the last action), allowed only when the crossover child is new: measured on C1, a GA
-  that always mutates explores too much for a 200-trial budget, and "keep" lets the agent learn
-  when a pure crossover child is the better bet.
+- Mutation agent: state = the child's normalised genes; action = which knob to mutate and how,
+  or "keep" (the last action), allowed only when the crossover child is new: measured on C1, a
+  GA that always mutates explores too much for a 200-trial budget, and "keep" lets the agent
+  learn when a pure crossover child is the better bet.
+- How a knob is mutated (``mutation``): "local" takes a small step (a tile factor moved between
+  two levels, the next unroll depth), as MetaSchedule's mutators do, so a child stays near a good
+  parent; "redraw" is AutoTVM's uniform redraw, which can leave a bad region that small steps
+  cannot; "mixed" (default) gives the agent both moves for every knob (2n actions + keep), so it
+  learns where to step and where to jump (see benchmarks/README.md).
 - Each agent is trained on exactly the state it acted on, with the child's measured reward.
-- The mutated knob takes a small step by default (``mutation="local"``: a tile factor moved
-  between two levels, the next unroll depth), as MetaSchedule's mutators do, so a child stays
-  near a good parent; ``mutation="redraw"`` is AutoTVM's uniform redraw, which can leave a bad
-  region that small steps cannot (see benchmarks/README.md).
 - ``action_policy="random"`` is the ablation: the same GA with uniform choices, no networks.
 
 States and actions are padded to ``max_knobs`` (invalid actions masked), so a saved agent can
@@ -32,12 +33,12 @@ from .dqn import DQNAgent, DQNConfig
 REWARDS = ("improvement", "score", "r1", "r2", "r3")
 MODES = ("train", "greedy", "continue")
 POLICIES = ("dqn", "random")
-MUTATIONS = ("local", "redraw")
+MUTATIONS = ("mixed", "local", "redraw")
 
 
 class GADQNTuner(PopulationTuner):
     def __init__(self, task: Any, pop_size: int = 16, elite_num: int = 3, reward: str = "improvement",
-                 action_policy: str = "dqn", mutation: str = "local", mode: str = "train", checkpoint: str | None = None,
+                 action_policy: str = "dqn", mutation: str = "mixed", mode: str = "train", checkpoint: str | None = None,
                  max_knobs: int | None = None, dqn: DQNConfig | dict | None = None, failure_penalty: float = 0.1,
                  reward_cap: float = 2.0, seed: int | None = None) -> None:
         for name, value, allowed in (("reward", reward, REWARDS), ("action_policy", action_policy, POLICIES),
@@ -49,6 +50,7 @@ class GADQNTuner(PopulationTuner):
         super().__init__(task, pop_size=pop_size, elite_num=elite_num, seed=seed)
         self.reward_name, self.action_policy, self.mode = reward, action_policy, mode
         self.mutation = mutation
+        self.moves = ("local", "redraw") if mutation == "mixed" else (mutation,)
         self.failure_penalty, self.reward_cap = failure_penalty, reward_cap
         self.n_knobs = len(self.dims)
         self.dims_arr = np.array(self.dims, dtype=np.float64)
@@ -65,7 +67,7 @@ class GADQNTuner(PopulationTuner):
             self.max_knobs = max(self.n_knobs, max_knobs or 24)
             config = dqn if isinstance(dqn, DQNConfig) else DQNConfig(**(dqn or {}))
             self.crossover_agent = DQNAgent(2 * self.max_knobs + 2, max(self.max_knobs - 1, 1), config, agent_seed)
-            self.mutation_agent = DQNAgent(self.max_knobs, self.max_knobs + 1, config,
+            self.mutation_agent = DQNAgent(self.max_knobs, len(self.moves) * self.max_knobs + 1, config,
                                            None if agent_seed is None else agent_seed + 1)
         if self.n_knobs > self.max_knobs:
             raise ValueError(f"the task has {self.n_knobs} knobs but the agent handles at most {self.max_knobs}")
@@ -90,9 +92,11 @@ class GADQNTuner(PopulationTuner):
         return mask
 
     def mutation_mask(self, keep_allowed: bool = False) -> np.ndarray:
-        """Knobs with more than one value, plus "keep" (last) when the unmutated child is new."""
+        """Every move on knobs with more than one value, plus "keep" (last) when the unmutated
+        child is new. Action ``m * max_knobs + i`` is move ``self.moves[m]`` on knob ``i``."""
         mask = np.zeros(self.mutation_agent.n_actions, bool)
-        mask[: self.n_knobs] = self.dims_arr > 1
+        for m in range(len(self.moves)):
+            mask[m * self.max_knobs: m * self.max_knobs + self.n_knobs] = self.dims_arr > 1
         mask[-1] = keep_allowed
         if not mask.any():
             mask[0] = True
@@ -102,17 +106,23 @@ class GADQNTuner(PopulationTuner):
     def keep_action(self) -> int:
         return self.mutation_agent.n_actions - 1
 
+    def decode_mutation(self, action: int) -> tuple[int | None, str | None]:
+        """(knob, move) of a mutation action; (None, None) for "keep"."""
+        if action == self.keep_action:
+            return None, None
+        return action % self.max_knobs, self.moves[action // self.max_knobs]
+
     # -- choices: the networks, or the uniform ablation
     def _choose(self, agent: DQNAgent, state: np.ndarray, mask: np.ndarray) -> int:
         if self.action_policy == "random":
             return int(self.rng.choice(np.flatnonzero(mask)))
         return agent.act(state, mask)
 
-    def _redraw(self, knob: list[int], i: int, exclude: set[int] = frozenset()) -> int | None:
+    def _redraw(self, knob: list[int], i: int, move: str, exclude: set[int] = frozenset()) -> int | None:
         """A new value for knob ``i``: a small step from the current one ("local"; any value once
         the steps are used up) or any other value ("redraw", AutoTVM's mutation)."""
         options: list[int] = []
-        if self.mutation == "local":
+        if move == "local":
             options = [v for v in self.space.knobs[i].neighbours(knob[i]) if v not in exclude]
         if not options:
             options = [v for v in range(self.dims[i]) if v != knob[i] and v not in exclude]
@@ -131,36 +141,39 @@ class GADQNTuner(PopulationTuner):
             child = list(p1.knob)
         state = self._genes(child)
         mask = self.mutation_mask(keep_allowed=self.space.knob2point(child) not in taken)
-        knob_i = self._choose(self.mutation_agent, state, mask)
-        info["mutation"] = (state, knob_i, mask)
-        if knob_i < self.n_knobs and self.dims[knob_i] > 1:
-            child[knob_i] = self._redraw(child, knob_i)
+        action = self._choose(self.mutation_agent, state, mask)
+        info["mutation"] = (state, action, mask)
+        knob_i, move = self.decode_mutation(action)
+        if knob_i is not None and knob_i < self.n_knobs and self.dims[knob_i] > 1:
+            child[knob_i] = self._redraw(child, knob_i, move)
         return child, info
 
     def repair(self, knob: list[int], info: Any, taken: set[int]) -> tuple[list[int], Any] | None:
-        """Redraw the mutated knob's value, then other knobs in the agent's order of preference."""
+        """Mutate the chosen knob again, then try other actions in the agent's order of
+        preference, until the child is one not visited; the action that made it is recorded."""
         if not info or "mutation" not in info:
             return super().repair(knob, info, taken)
         state, first, mask = info["mutation"]
-        order = ([first] if first < self.n_knobs else []) + self._knob_preference(state, exclude=first)
-        for i in order:
+        order = ([first] if first != self.keep_action else []) + self._action_preference(state, exclude=first)
+        for action in order:
+            i, move = self.decode_mutation(action)
             tried: set[int] = set()
             candidate = list(knob)
-            while (value := self._redraw(knob, i, tried)) is not None:
+            while (value := self._redraw(knob, i, move, tried)) is not None:
                 tried.add(value)
                 candidate[i] = value
                 if self.space.knob2point(candidate) not in taken:
-                    info = dict(info, mutation=(state, i, mask))
+                    info = dict(info, mutation=(state, action, mask))
                     return candidate, info
         return None
 
-    def _knob_preference(self, state: np.ndarray, exclude: int) -> list[int]:
-        mask = self.mutation_mask()
-        valid = [i for i in np.flatnonzero(mask[: self.max_knobs]) if i != exclude and i < self.n_knobs]
+    def _action_preference(self, state: np.ndarray, exclude: int) -> list[int]:
+        """Valid mutation actions other than ``exclude`` and "keep", best first."""
+        valid = [int(a) for a in np.flatnonzero(self.mutation_mask()) if a != exclude and a != self.keep_action]
         if self.action_policy == "random":
-            return [int(i) for i in self.rng.permutation(valid)]
+            return [int(a) for a in self.rng.permutation(valid)]
         q = self.mutation_agent.q_values(state)
-        return [int(i) for i in sorted(valid, key=lambda i: -q[i])]
+        return sorted(valid, key=lambda a: -q[a])
 
     # -- rewards and learning
     def reward(self, flops: float, best_before: float, parent_best: float) -> float:
@@ -211,7 +224,8 @@ class GADQNTuner(PopulationTuner):
             return
         r = self.reward(flops, self._best_before, member.info["parent_best"])
         row = {"trial": len(self.history), "generation": self.generation, "reward": r,
-               "crossover_action": None, "mutation_action": None, "crossover_loss": None, "mutation_loss": None,
+               "crossover_action": None, "mutation_action": None, "mutated_knob": None, "mutation_move": None,
+               "crossover_loss": None, "mutation_loss": None,
                "epsilon": self.mutation_agent.epsilon if self.action_policy == "dqn" else None,
                "gflops": flops / 1e9, "best_gflops": self.best_flops / 1e9,
                "mean_gflops": float(np.mean([s for s in self.scores.values()])) / 1e9}
@@ -228,6 +242,7 @@ class GADQNTuner(PopulationTuner):
         else:
             row["crossover_action"] = member.info.get("crossover", (None, None))[1]
             row["mutation_action"] = member.info["mutation"][1]
+        row["mutated_knob"], row["mutation_move"] = self.decode_mutation(member.info["mutation"][1])
         self.monitor.append(row)
 
     def greedy_mutation_action(self, knob: list[int], keep_allowed: bool = False) -> int:
@@ -243,7 +258,8 @@ class GADQNTuner(PopulationTuner):
         """Store both agents, their hyperparameters and this tuner's settings."""
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         torch.save({"crossover": self.crossover_agent.state_dict(), "mutation": self.mutation_agent.state_dict(),
-                    "max_knobs": self.max_knobs, "reward": self.reward_name, "pop_size": self.pop_size,
+                    "max_knobs": self.max_knobs, "moves": self.moves, "reward": self.reward_name,
+                    "pop_size": self.pop_size,
                     "elite_num": self.elite_num}, path)
 
     def load(self, path: str) -> None:
@@ -252,6 +268,8 @@ class GADQNTuner(PopulationTuner):
             raise ValueError(f"checkpoint {path!r} does not exist; save one with GADQNTuner.save(path)")
         data = torch.load(path, map_location="cpu", weights_only=False)
         self.max_knobs = int(data["max_knobs"])
+        self.moves = tuple(data.get("moves", ("local",)))  # the action layout the agent was trained on
+        self.mutation = "mixed" if len(self.moves) > 1 else self.moves[0]
         seed = None if self.seed is None else int(self.seed)
         self.crossover_agent = DQNAgent.from_state_dict(data["crossover"], seed)
         self.mutation_agent = DQNAgent.from_state_dict(data["mutation"], None if seed is None else seed + 1)

@@ -27,11 +27,13 @@ def test_mutation_agent_learns_the_dominant_knob(dominant_runs):
     d = task.dominant
     rng = np.random.default_rng(0)
     # greedy choice for the final population's children with the dominant knob moved off its optimum
-    greedy = [np.mean([t.greedy_mutation_action(m.knob[:d] + [int(rng.integers(task.width // 2))] + m.knob[d + 1:]) == d
-                       for m in t.population]) for t in runs["dqn"]]
-    chosen = [np.mean([row["mutation_action"] == d for row in t.monitor]) for t in runs["dqn"]]
-    chosen_by_ablation = [np.mean([row["mutation_action"] == d for row in t.monitor]) for t in runs["random"]]
-    # a uniform choice picks the dominant knob about one time in six or seven (six knobs and "keep")
+    greedy = [np.mean([t.decode_mutation(t.greedy_mutation_action(
+        m.knob[:d] + [int(rng.integers(task.width // 2))] + m.knob[d + 1:]))[0] == d for m in t.population])
+        for t in runs["dqn"]]
+    chosen = [np.mean([row["mutated_knob"] == d for row in t.monitor]) for t in runs["dqn"]]
+    chosen_by_ablation = [np.mean([row["mutated_knob"] == d for row in t.monitor]) for t in runs["random"]]
+    # a uniform choice picks the dominant knob about two times in thirteen (six knobs, two moves
+    # each, and "keep")
     assert np.median(greedy) >= 0.3, greedy
     assert np.median(chosen) >= 2 * np.median(chosen_by_ablation), (chosen, chosen_by_ablation)
 
@@ -99,7 +101,8 @@ def test_monitor_rows_have_the_plotting_fields():
     task = one_knob_dominates()
     tuner = run(GADQNTuner(task, pop_size=8, seed=0, dqn={"learning_starts": 4}), task, 60)
     row = tuner.monitor[-1]
-    for key in ("trial", "reward", "epsilon", "mutation_action", "crossover_action", "mutation_loss",
+    for key in ("trial", "reward", "epsilon", "mutation_action", "mutated_knob", "mutation_move", "crossover_action",
+                "mutation_loss",
                 "best_gflops", "mean_gflops"):
         assert key in row
     assert any(r["mutation_loss"] is not None for r in tuner.monitor)
@@ -124,7 +127,7 @@ def test_save_load_modes_and_transfer(tmp_path):
     # another task with a different knob count: padded states, masked actions
     other = SyntheticTask((5, 6, 7), lambda k: 1.0 + sum(k))
     moved = run(GADQNTuner(other, pop_size=6, mode="continue", checkpoint=path, seed=0), other, 30)
-    assert all(row["mutation_action"] < 3 or row["mutation_action"] == moved.keep_action for row in moved.monitor)
+    assert all(row["mutated_knob"] is None or row["mutated_knob"] < 3 for row in moved.monitor)
     assert all(row["crossover_action"] is None or row["crossover_action"] < 2 for row in moved.monitor)
 
 

@@ -59,3 +59,24 @@ def test_extract_tune_and_build(program, measure_opt, tmp_path):
     np.testing.assert_allclose(untuned_out, expected, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(tuned_out, expected, rtol=1e-4, atol=1e-4)
     assert tuned_s < untuned_s / 1.5, (tuned_s, untuned_s)
+
+
+def test_constant_weights_are_prepacked_once(program, measure_opt, tmp_path):
+    """With the weights bound as constants, tuned kernels read them in a blocked layout computed
+    at compile time (TVM's CPU weight prepack); with weights as inputs nothing is marked."""
+    mod, params, x, expected = program
+    names = [p.name for p in mod["main"].params[1:]]
+    bound = {name: tvm.runtime.tensor(p.numpy()) for name, p in zip(names, params)}
+    tasks = autotvm.task.extract_from_program(mod, "llvm", bound)
+    matmuls = [t for t in tasks if t.flop >= 2 * 32 * 256 * 64]
+    assert matmuls and all("layout_free_buffers" in t.mod["main"].attrs for t in matmuls)
+    assert not any("layout_free_buffers" in (t.mod["main"].attrs or {}) for t in autotvm.task.extract_from_program(mod, "llvm"))
+    log = str(tmp_path / "bound.json")
+    RandomTuner(matmuls[0], seed=0).tune(8, measure_opt, callbacks=[autotvm.callback.log_to_file(log)])
+    with autotvm.apply_history_best(log):
+        exe = autotvm.build_program(mod, "llvm", bound)
+    vm = relax.VirtualMachine(exe, tvm.cpu())
+    out = vm["main"](tvm.runtime.tensor(x))
+    out = out[0] if not hasattr(out, "numpy") else out
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-4)
+    assert "_prepacked" in exe.as_text()

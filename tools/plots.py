@@ -106,7 +106,7 @@ def monitor_plots(monitor: list[dict], path: str, title: str) -> None:
     axes[1][0].plot(trial, [m["mean_gflops"] for m in monitor], label="mean of measured")
     axes[1][0].set(title="GFLOPS", xlabel="trial", ylabel="GFLOPS")
     axes[1][0].legend()
-    for ax, key, name in ((axes[1][1], "crossover_action", "crossover point"), (axes[1][2], "mutation_action", "mutated knob")):
+    for ax, key, name in ((axes[1][1], "crossover_action", "crossover point"), (axes[1][2], "mutated_knob", "mutated knob")):
         values = [m[key] for m in monitor if m.get(key) is not None]
         if values:
             ax.hist(values, bins=np.arange(max(values) + 2) - 0.5, rwidth=0.85)

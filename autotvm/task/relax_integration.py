@@ -27,9 +27,24 @@ def prepare_program(mod: tvm.IRModule, params: dict | None = None) -> tvm.IRModu
         return seq(mod)
 
 
+def _weights_are_constants(mod: tvm.IRModule) -> bool:
+    """True when the model's weights are bound constants (no ``num_input`` split of ``main``'s
+    parameters into inputs and weights), so their layout can be rewritten once at compile time."""
+    main = mod["main"] if "main" in [g.name_hint for g in mod.get_global_vars()] else None
+    if main is None:
+        return False
+    num_input = main.attrs.get("num_input") if main.attrs else None
+    return num_input is None or int(num_input) >= len(main.params)
+
+
 def fuse_program(mod: tvm.IRModule, target: Any) -> tvm.IRModule:
     """Legalize and fuse a prepared Relax module into calls of fused PrimFuncs, as
-    MetaSchedule's ``compile_relax`` does (so task keys match at build time)."""
+    MetaSchedule's ``compile_relax`` does (so task keys match at build time).
+
+    When the weights are constants, their buffers are marked layout-free (TVM's CPU weight
+    prepack, as in ``static_shape_tuning_pipeline(cpu_weight_prepack=True)``): a tuned kernel may
+    then read its weights in a blocked layout, which ``build_program`` computes once at compile
+    time. Tuning times kernels under the same convention (rewrite block removed)."""
     from tvm import relax
     from tvm.relax import pipeline as relax_pipeline
 
@@ -45,6 +60,7 @@ def fuse_program(mod: tvm.IRModule, target: Any) -> tvm.IRModule:
         relax.transform.FoldConstant(),
         relax.transform.FuseOps(),
         relax.transform.FuseTIR(),
+        *([relax.transform.AttachAttrLayoutFreeBuffers()] if _weights_are_constants(mod) else []),
     ])
     with target, tvm.transform.PassContext(opt_level=3):
         return seq(mod)
@@ -86,4 +102,35 @@ def build_program(mod: tvm.IRModule, target: Any, params: dict | None = None) ->
         workload = database.commit_workload(task.mod)
         database.commit_tuning_record(ms.database.TuningRecord(
             sch.trace, workload, [1.0], target, ms.arg_info.ArgInfo.from_prim_func(task.mod["main"])))
-    return ms.relax_integration.compile_relax(database, mod, target, None)
+    return _compile_with_database(database, mod, target)
+
+
+def _compile_with_database(database: Any, mod: tvm.IRModule, target: tvm.target.Target) -> Any:
+    """MetaSchedule's ``compile_relax`` plus the CPU weight prepack: fuse, apply the tuned
+    schedules, split each kernel's weight-layout rewrite into its own function and fold it on the
+    constant weights, so the blocked weights are computed once, at compile time."""
+    from tvm import relax
+    from tvm.relax import pipeline as relax_pipeline
+    from tvm.s_tir import dlight as dl
+
+    try:
+        late = [*relax_pipeline.dataflow_lower_passes(target), *relax_pipeline.finalize_passes(target)]
+    except AttributeError:  # TVM 0.27's CPU backend does not export its dataflow_lower_passes
+        from tvm.relax.backend.cpu_generic import pipeline as cpu_pipeline
+
+        late = [*cpu_pipeline.dataflow_lower_passes(target), *cpu_pipeline.finalize_passes(target)]
+    gpu = relax_pipeline.BackendDispatcher.is_gpu_target(target)
+
+    @tvm.transform.module_pass(opt_level=3)
+    def pipeline(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
+        mod = fuse_program(mod, target)
+        mod = relax.transform.MetaScheduleApplyDatabase()(mod)
+        mod = relax.transform.SplitLayoutRewritePreproc()(mod)
+        mod = relax.transform.FoldConstant()(mod)
+        if gpu:
+            mod = dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),
+                                          dl.gpu.GeneralReduction(), dl.gpu.Fallback())(mod)
+        return tvm.transform.Sequential(late)(mod)
+
+    with target, database, tvm.transform.PassContext(opt_level=3):
+        return relax.build(mod, target=target, relax_pipeline=pipeline)
