@@ -49,7 +49,6 @@ class GADQNTuner(PopulationTuner):
             raise ValueError(f"mode {mode!r} needs checkpoint=<path of a saved agent>")
         super().__init__(task, pop_size=pop_size, elite_num=elite_num, seed=seed)
         self.reward_name, self.action_policy, self.mode = reward, action_policy, mode
-        self.mutation = mutation
         self.moves = ("local", "redraw") if mutation == "mixed" else (mutation,)
         self.failure_penalty, self.reward_cap = failure_penalty, reward_cap
         self.n_knobs = len(self.dims)
@@ -269,7 +268,6 @@ class GADQNTuner(PopulationTuner):
         data = torch.load(path, map_location="cpu", weights_only=False)
         self.max_knobs = int(data["max_knobs"])
         self.moves = tuple(data.get("moves", ("local",)))  # the action layout the agent was trained on
-        self.mutation = "mixed" if len(self.moves) > 1 else self.moves[0]
         seed = None if self.seed is None else int(self.seed)
         self.crossover_agent = DQNAgent.from_state_dict(data["crossover"], seed)
         self.mutation_agent = DQNAgent.from_state_dict(data["mutation"], None if seed is None else seed + 1)

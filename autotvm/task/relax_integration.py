@@ -73,10 +73,14 @@ def extract_from_program(mod: tvm.IRModule, target: Any, params: dict | None = N
     ``params`` (name -> tensor) are bound first, as ``compile_relax`` does.
     """
     load_tensor_intrinsics()
+    target = make_target(target)
+    return _tasks_of(fuse_program(prepare_program(mod, params), target), target)
+
+
+def _tasks_of(fused: tvm.IRModule, target: tvm.target.Target) -> list[TraceTask]:
+    """The tunable functions of a module already prepared and fused by ``fuse_program``."""
     from tvm.s_tir import meta_schedule as ms
 
-    target = make_target(target)
-    fused = fuse_program(prepare_program(mod, params), target)
     extracted = ms.relax_integration.extract_tasks(fused, target)
     return [TraceTask(t.task_name, t.dispatched[0], target, weight=int(t.weight)) for t in extracted]
 
@@ -92,9 +96,9 @@ def build_program(mod: tvm.IRModule, target: Any, params: dict | None = None) ->
     from ..dispatcher import DispatchContext
 
     target = make_target(target)
-    mod = prepare_program(mod, params)
+    fused = fuse_program(prepare_program(mod, params), target)  # once: the tasks and the build share it
     database = ms.database.MemoryDatabase()
-    for task in extract_from_program(mod, target):
+    for task in _tasks_of(fused, target):
         cfg = DispatchContext.current_config(task)
         if cfg is None:
             continue
@@ -102,12 +106,12 @@ def build_program(mod: tvm.IRModule, target: Any, params: dict | None = None) ->
         workload = database.commit_workload(task.mod)
         database.commit_tuning_record(ms.database.TuningRecord(
             sch.trace, workload, [1.0], target, ms.arg_info.ArgInfo.from_prim_func(task.mod["main"])))
-    return _compile_with_database(database, mod, target)
+    return _compile_with_database(database, fused, target)
 
 
-def _compile_with_database(database: Any, mod: tvm.IRModule, target: tvm.target.Target) -> Any:
-    """MetaSchedule's ``compile_relax`` plus the CPU weight prepack: fuse, apply the tuned
-    schedules, split each kernel's weight-layout rewrite into its own function and fold it on the
+def _compile_with_database(database: Any, fused: tvm.IRModule, target: tvm.target.Target) -> Any:
+    """MetaSchedule's ``compile_relax`` on an already fused module, plus the CPU weight prepack:
+    apply the tuned schedules, split each kernel's weight-layout rewrite into its own function and fold it on the
     constant weights, so the blocked weights are computed once, at compile time."""
     from tvm import relax
     from tvm.relax import pipeline as relax_pipeline
@@ -123,7 +127,6 @@ def _compile_with_database(database: Any, mod: tvm.IRModule, target: tvm.target.
 
     @tvm.transform.module_pass(opt_level=3)
     def pipeline(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
-        mod = fuse_program(mod, target)
         mod = relax.transform.MetaScheduleApplyDatabase()(mod)
         mod = relax.transform.SplitLayoutRewritePreproc()(mod)
         mod = relax.transform.FoldConstant()(mod)
@@ -133,4 +136,4 @@ def _compile_with_database(database: Any, mod: tvm.IRModule, target: tvm.target.
         return tvm.transform.Sequential(late)(mod)
 
     with target, database, tvm.transform.PassContext(opt_level=3):
-        return relax.build(mod, target=target, relax_pipeline=pipeline)
+        return relax.build(fused, target=target, relax_pipeline=pipeline)
