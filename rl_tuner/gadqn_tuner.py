@@ -2,7 +2,10 @@
 
 - Crossover agent: state = both parents' normalised genes and normalised fitness; action = a
   cut point among the n-1 points. A one-knob task has no cut point and skips crossover.
-- Mutation agent: state = the child's normalised genes; action = which knob to mutate and how,
+- Mutation agent: state = the child's normalised genes (``stall_state=True`` adds its better
+  parent's fitness and the stall, generations since the best improved: an experiment meant to
+  let the agent learn to jump out of a stalled population; measured, it did worse than the
+  plain state, see benchmarks/README.md); action = which knob to mutate and how,
   or "keep" (the last action), allowed only when the crossover child is new: measured on C1, a
   GA that always mutates explores too much for a 200-trial budget, and "keep" lets the agent
   learn when a pure crossover child is the better bet.
@@ -34,13 +37,15 @@ REWARDS = ("improvement", "score", "r1", "r2", "r3")
 MODES = ("train", "greedy", "continue")
 POLICIES = ("dqn", "random")
 MUTATIONS = ("mixed", "local", "redraw")
+N_CONTEXT = 2  # features after the genes in the mutation agent's state
+STALL_SCALE = 5.0  # generations without a new best at which the stall feature saturates
 
 
 class GADQNTuner(PopulationTuner):
     def __init__(self, task: Any, pop_size: int = 16, elite_num: int = 3, reward: str = "improvement",
                  action_policy: str = "dqn", mutation: str = "mixed", mode: str = "train", checkpoint: str | None = None,
                  max_knobs: int | None = None, dqn: DQNConfig | dict | None = None, failure_penalty: float = 0.1,
-                 reward_cap: float = 2.0, seed: int | None = None) -> None:
+                 reward_cap: float = 2.0, stall_state: bool = False, seed: int | None = None) -> None:
         for name, value, allowed in (("reward", reward, REWARDS), ("action_policy", action_policy, POLICIES),
                                      ("mode", mode, MODES), ("mutation", mutation, MUTATIONS)):
             if value not in allowed:
@@ -57,6 +62,7 @@ class GADQNTuner(PopulationTuner):
         self.initial_mean: float | None = None
         self.prev_generation_mean = 0.0
         self._best_seen = self._best_before = 0.0
+        self.stalled_generations, self._best_at_generation = 0, 0.0
         agent_seed = None if seed is None else int(seed)
         if checkpoint and mode != "train":
             self.load(checkpoint)
@@ -66,7 +72,8 @@ class GADQNTuner(PopulationTuner):
             self.max_knobs = max(self.n_knobs, max_knobs or 24)
             config = dqn if isinstance(dqn, DQNConfig) else DQNConfig(**(dqn or {}))
             self.crossover_agent = DQNAgent(2 * self.max_knobs + 2, max(self.max_knobs - 1, 1), config, agent_seed)
-            self.mutation_agent = DQNAgent(self.max_knobs, len(self.moves) * self.max_knobs + 1, config,
+            state_dim = self.max_knobs + (N_CONTEXT if stall_state else 0)
+            self.mutation_agent = DQNAgent(state_dim, len(self.moves) * self.max_knobs + 1, config,
                                            None if agent_seed is None else agent_seed + 1)
         if self.n_knobs > self.max_knobs:
             raise ValueError(f"the task has {self.n_knobs} knobs but the agent handles at most {self.max_knobs}")
@@ -80,6 +87,18 @@ class GADQNTuner(PopulationTuner):
 
     def _fitness(self, score: float | None) -> float:
         return float(score or 0.0) / self.best_flops if self.best_flops > 0 else 0.0
+
+    def mutation_state(self, child: list[int], parent_fitness: float, stalled_generations: int) -> np.ndarray:
+        """The child's genes, then the context: its better parent's fitness (over the best so far)
+        and the stall (generations since the best improved, saturating at ``STALL_SCALE``)."""
+        context = [parent_fitness, min(stalled_generations / STALL_SCALE, 1.0)]
+        return np.concatenate([self._genes(child), context[: self.n_context]]).astype(np.float32)
+
+    @property
+    def n_context(self) -> int:
+        """Context features after the genes in the mutation agent's state (0 unless ``stall_state``;
+        a loaded agent keeps the layout it was trained with)."""
+        return self.mutation_agent.state_dim - self.max_knobs
 
     def crossover_state(self, p1: Member, p2: Member) -> np.ndarray:
         return np.concatenate([self._genes(p1.knob), self._genes(p2.knob),
@@ -138,7 +157,7 @@ class GADQNTuner(PopulationTuner):
             info["crossover"] = (state, action)
         else:
             child = list(p1.knob)
-        state = self._genes(child)
+        state = self.mutation_state(child, self._fitness(info["parent_best"]), self.stalled_generations)
         mask = self.mutation_mask(keep_allowed=self.space.knob2point(child) not in taken)
         action = self._choose(self.mutation_agent, state, mask)
         info["mutation"] = (state, action, mask)
@@ -203,6 +222,9 @@ class GADQNTuner(PopulationTuner):
         return 0.0 if flops == self.prev_generation_mean else -score
 
     def on_generation(self) -> None:
+        improved = self.best_flops > self._best_at_generation
+        self.stalled_generations = 0 if improved else self.stalled_generations + 1
+        self._best_at_generation = max(self._best_at_generation, self.best_flops)
         scores = [m.score for m in self.parents if m.score is not None]
         self.prev_generation_mean = float(np.mean(scores)) if scores else 0.0
         if self.initial_mean is None:
@@ -226,7 +248,7 @@ class GADQNTuner(PopulationTuner):
                "crossover_action": None, "mutation_action": None, "mutated_knob": None, "mutation_move": None,
                "crossover_loss": None, "mutation_loss": None,
                "epsilon": self.mutation_agent.epsilon if self.action_policy == "dqn" else None,
-               "gflops": flops / 1e9, "best_gflops": self.best_flops / 1e9,
+               "stalled_generations": self.stalled_generations, "gflops": flops / 1e9, "best_gflops": self.best_flops / 1e9,
                "mean_gflops": float(np.mean([s for s in self.scores.values()])) / 1e9}
         if self.action_policy == "dqn":
             if "crossover" in member.info:
@@ -234,7 +256,8 @@ class GADQNTuner(PopulationTuner):
                 row["crossover_loss"] = self.crossover_agent.observe(state, action, r, state, self.crossover_mask(), True)
                 row["crossover_action"] = action
             state, action, mask = member.info["mutation"]
-            next_state = self._genes(member.knob)
+            next_state = self.mutation_state(member.knob, self._fitness(max(flops, member.info["parent_best"])),
+                                             self.stalled_generations)
             row["mutation_loss"] = self.mutation_agent.observe(state, action, r, next_state, mask,
                                                                self.mutation_agent.config.gamma == 0)
             row["mutation_action"] = action
@@ -244,9 +267,11 @@ class GADQNTuner(PopulationTuner):
         row["mutated_knob"], row["mutation_move"] = self.decode_mutation(member.info["mutation"][1])
         self.monitor.append(row)
 
-    def greedy_mutation_action(self, knob: list[int], keep_allowed: bool = False) -> int:
-        """The action the mutation network prefers for a child (no exploration)."""
-        return self.mutation_agent.greedy_action(self._genes(knob), self.mutation_mask(keep_allowed))
+    def greedy_mutation_action(self, knob: list[int], keep_allowed: bool = False, parent_fitness: float = 1.0,
+                               stalled_generations: int = 0) -> int:
+        """The action the mutation network prefers for a child (no exploration) in the given context."""
+        state = self.mutation_state(knob, parent_fitness, stalled_generations)
+        return self.mutation_agent.greedy_action(state, self.mutation_mask(keep_allowed))
 
     def greedy_crossover_action(self, p1_knob, p2_knob, f1=0.0, f2=0.0) -> int:
         state = self.crossover_state(Member(list(p1_knob), 0, f1 * self.best_flops), Member(list(p2_knob), 0, f2 * self.best_flops))

@@ -175,3 +175,17 @@ def test_resume_breeds_from_loaded_records(make):
     run(second, task, 20)
     assert second.generation >= 1  # bred from the loaded records, not a new random population
     assert not {h["index"] for h in second.history} & {h["index"] for h in first.history}
+
+
+def test_stall_state_option():
+    """The stall counts generations since the best improved and resets when it does; with
+    ``stall_state`` the mutation agent's state ends with the better parent's fitness and the
+    stall (saturating at 1), without it the state is the genes alone."""
+    flat = SyntheticTask((6, 6, 6), lambda k: 1.0 + (k == [5, 5, 5]))  # one config better, the rest equal
+    tuner = run(GADQNTuner(flat, pop_size=6, seed=0, stall_state=True), flat, 60)
+    stalls = [row["stalled_generations"] for row in tuner.monitor]
+    assert max(stalls) >= 2 and all(b in (a, a + 1, 0) for a, b in zip(stalls, stalls[1:]))
+    state = tuner.mutation_state([0, 0, 0], 0.5, 10)
+    assert state.shape == (tuner.max_knobs + 2,) and list(state[-2:]) == [0.5, 1.0]
+    plain = GADQNTuner(flat, pop_size=6, seed=0)
+    assert plain.mutation_agent.state_dim == plain.max_knobs == len(plain.mutation_state([0, 0, 0], 0.5, 10))

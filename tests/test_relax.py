@@ -20,19 +20,23 @@ class TwoLayer(torch.nn.Module):
         return self.fc2(torch.relu(self.fc1(x)))
 
 
-@pytest.fixture(scope="module")
-def program():
+def _export(model, example):
+    """(Relax module with the weights as trailing inputs, the weights, PyTorch's output)."""
     from tvm.relax.frontend.torch import from_exported_program
 
-    torch.manual_seed(0)
-    model = TwoLayer().eval()
-    example = torch.randn(32, 256)
     with torch.no_grad():
         exported = torch.export.export(model, (example,))
         expected = model(example).numpy()
-    mod = from_exported_program(exported, keep_params_as_input=True)
-    mod, params = relax.frontend.detach_params(mod)
-    return mod, params["main"], example.numpy(), expected
+    mod, params = relax.frontend.detach_params(from_exported_program(exported, keep_params_as_input=True))
+    return mod, params["main"], expected
+
+
+@pytest.fixture(scope="module")
+def program():
+    torch.manual_seed(0)
+    example = torch.randn(32, 256)
+    mod, params, expected = _export(TwoLayer().eval(), example)
+    return mod, params, example.numpy(), expected
 
 
 def _run(exe, params, x):
@@ -80,3 +84,96 @@ def test_constant_weights_are_prepacked_once(program, measure_opt, tmp_path):
     out = out[0] if not hasattr(out, "numpy") else out
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-4)
     assert "_prepacked" in exe.as_text()
+
+
+class ConvBlock(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(8, 16, 3, padding=1, bias=False)
+        self.bn = torch.nn.BatchNorm2d(16)
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.conv(x)))
+
+
+@pytest.fixture(scope="module")
+def conv_program():
+    torch.manual_seed(0)
+    model = ConvBlock().eval()
+    model.bn.running_mean.uniform_(-1, 1)
+    model.bn.running_var.uniform_(0.5, 2)
+    example = torch.randn(1, 8, 12, 12)
+    mod, params, expected = _export(model, example)
+    names = [p.name for p in mod["main"].params[1:]]
+    bound = {name: tvm.runtime.tensor(p.numpy()) for name, p in zip(names, params)}
+    return mod, bound, example.numpy(), expected
+
+
+def _conv_task(tasks):
+    return next(t for t in tasks if "conv2d" in t.name)
+
+
+def test_conv_layout_nhwc_with_bound_weights(conv_program, measure_opt, tmp_path):
+    """With bound weights, convolutions are tuned and built channels-last; the model's interface
+    (NCHW in, NCHW out) and its outputs do not change. Records are per layout."""
+    mod, bound, x, expected = conv_program
+    nhwc = _conv_task(autotvm.task.extract_from_program(mod, "llvm", bound))
+    nchw = _conv_task(autotvm.task.extract_from_program(mod, "llvm", bound, conv_layout="NCHW"))
+    out_shape = lambda task: [int(d) for d in task.mod["main"].params[-1].shape]
+    assert out_shape(nhwc) == [1, 12, 12, 16] and out_shape(nchw) == [1, 16, 12, 12]
+    assert "nhwc" in nhwc.mod.script() and "nhwc" not in nchw.mod.script()
+    log = str(tmp_path / "conv.json")
+    RandomTuner(nhwc, seed=0).tune(6, measure_opt, callbacks=[autotvm.callback.log_to_file(log)])
+    with autotvm.apply_history_best(log):
+        exe = autotvm.build_program(mod, "llvm", bound)
+        with pytest.warns(UserWarning, match="no record"):
+            autotvm.build_program(mod, "llvm", bound, conv_layout="NCHW")
+    out = relax.VirtualMachine(exe, tvm.cpu())["main"](tvm.runtime.tensor(x))
+    out = out[0] if not hasattr(out, "numpy") else out
+    assert out.numpy().shape == expected.shape
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_conv_layout_is_checked(conv_program):
+    mod, bound, _, _ = conv_program
+    with pytest.raises(ValueError, match="conv_layout 'NCHWc'.*allowed: auto, NHWC, NCHW"):
+        autotvm.task.extract_from_program(mod, "llvm", bound, conv_layout="NCHWc")
+
+
+def test_winograd_matches_direct_convolution():
+    """Winograd on odd sizes (partial last tiles) and asymmetric channels, against the direct conv."""
+    from autotvm.task.winograd import winograd_conv2d
+
+    rng = np.random.default_rng(0)
+    for size, cin, cout in ((7, 24, 8), (10, 8, 16), (17, 8, 8)):  # F(2x2), F(2x2), F(4x4); partial tiles
+        x = rng.standard_normal((1, size, size, cin)).astype("float32")
+        w = rng.standard_normal((cout, 3, 3, cin)).astype("float32")
+        bb = relax.BlockBuilder()
+        data = relax.Var("x", relax.TensorType((1, size, size, cin), "float32"))
+        with bb.function("main", [data]):
+            with bb.dataflow():
+                out = bb.emit_output(bb.emit(relax.op.nn.conv2d(
+                    data, relax.const(w), padding=[1, 1, 1, 1], data_layout="NHWC", kernel_layout="OHWI")))
+            bb.emit_func_output(out)
+        direct = bb.get()
+        winograd = winograd_conv2d(direct)
+        assert "conv2d_winograd" in winograd.script() and "conv2d_winograd" not in direct.script()
+        run = lambda mod: relax.VirtualMachine(relax.build(mod, target="llvm"), tvm.cpu())["main"](
+            tvm.runtime.tensor(x)).numpy()
+        expected = run(direct)
+        np.testing.assert_allclose(run(winograd), expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
+
+
+def test_winograd_model_tunes_and_builds(conv_program, measure_opt, tmp_path):
+    mod, bound, x, expected = conv_program
+    tasks = autotvm.task.extract_from_program(mod, "llvm", bound, conv_algorithm="winograd")
+    task = next(t for t in tasks if "winograd" in t.name)
+    log = str(tmp_path / "winograd.json")
+    RandomTuner(task, seed=0).tune(6, measure_opt, callbacks=[autotvm.callback.log_to_file(log)])
+    with autotvm.apply_history_best(log):
+        exe = autotvm.build_program(mod, "llvm", bound, conv_algorithm="winograd")
+    out = relax.VirtualMachine(exe, tvm.cpu())["main"](tvm.runtime.tensor(x))
+    out = out[0] if not hasattr(out, "numpy") else out
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="winograd' needs conv_layout"):
+        autotvm.task.extract_from_program(mod, "llvm", bound, conv_layout="NCHW", conv_algorithm="winograd")

@@ -21,7 +21,7 @@ import autotvm
 
 from .config import writable_dir
 from .plots import bar_chart
-from .tune import log_path, model_tasks
+from .tune import conv_options, load_program, log_path
 
 
 def _stats(seconds: list[float]) -> dict:
@@ -120,7 +120,7 @@ def benchmark_models(config: dict) -> list[dict]:
     target = autotvm.make_target(config["target"])
     rows = []
     for spec in config["models"]:
-        model, mod, params, _ = model_tasks(spec, target)
+        model, mod, params = load_program(spec)
         expected = model.torch_outputs()
         rows.append({"model": spec["name"], "variant": "pytorch-eager", **time_torch(model, run["number"], run["repeat"]),
                      "max_abs_error": 0.0, "matches_pytorch": True})
@@ -129,9 +129,9 @@ def benchmark_models(config: dict) -> list[dict]:
         for variant, records in variants:
             if records:
                 with autotvm.apply_history_best(records):
-                    exe = autotvm.build_program(mod, target, params)
+                    exe = autotvm.build_program(mod, target, params, **conv_options(spec))
             else:
-                exe = autotvm.build_program(mod, target, params)
+                exe = autotvm.build_program(mod, target, params, **conv_options(spec))
             outputs, stats = run_tvm(exe, target, model, run["number"], run["repeat"])
             error, ok = compare_outputs(outputs, expected, run["rtol"], run["atol"])
             if not ok:

@@ -36,7 +36,8 @@ SCHEMA: dict = {
                 "pretrained": {"type": "boolean"}, "path": {"type": "string"},
                 "batch": _POSITIVE_INT, "seq_len": _POSITIVE_INT, "image_size": _POSITIVE_INT,
                 "d_model": _POSITIVE_INT, "nhead": _POSITIVE_INT, "layers": _POSITIVE_INT, "width": _POSITIVE_INT,
-                "seed": {"type": "integer"},
+                "seed": {"type": "integer"}, "conv_layout": {"enum": ["auto", "NHWC", "NCHW"]},
+                "conv_algorithm": {"enum": ["direct", "winograd"]},
             }}},
         "target": {"oneOf": [{"enum": ["llvm", "cuda"]}, {"type": "object", "required": ["kind"],
                                                            "properties": {"kind": {"enum": ["llvm", "cuda"]}}}]},
@@ -53,7 +54,7 @@ SCHEMA: dict = {
                 "seed": {"oneOf": [{"type": "null"}, {"type": "integer"}]},
                 "save_path": {"type": "string", "minLength": 1},
                 "save_name": {"type": "string", "minLength": 1},
-                "check_correctness": {"type": "boolean"},
+                "check_correctness": {"type": "boolean"}, "enable_cpu_cache_flush": {"type": "boolean"},
                 "tuner_options": {"type": "object"},
                 "rpc": {"type": "object", "required": ["key", "host", "port"], "additionalProperties": False,
                         "properties": {"key": {"type": "string"}, "host": {"type": "string"},
@@ -86,7 +87,7 @@ DEFAULTS: dict = {
     "autotuner_settings": {"tuner": "ga-dqn", "trials": 64, "early_stopping": None, "number": 3, "repeat": 3,
                            "min_repeat_ms": 0, "n_parallel": os.cpu_count() or 1, "timeout": 10, "seed": 0,
                            "save_path": "results", "save_name": "tuning", "check_correctness": False,
-                           "tuner_options": {}},
+                           "enable_cpu_cache_flush": False, "tuner_options": {}},
     "run_settings": {"repeat": 10, "number": 5, "profile": False, "rtol": 1e-3, "atol": 1e-3},
     "experiments": {"names": ["compare_tuners"], "workloads": ["c1"],
                     "tuners": ["random", "ga", "xgb", "ga-dqn", "ga-dqn-random"], "trials": 64, "repeats": 3,
@@ -155,6 +156,9 @@ def load_config(arg: str) -> dict:
         if spec["type"] == "hf" and spec.get("model") not in HF_MODELS:
             raise ConfigError(f"config key models.{spec['name']}.model: {spec.get('model')!r} is not allowed; "
                               f"allowed: {', '.join(HF_MODELS)}")
+        if spec.get("conv_algorithm") == "winograd" and spec.get("conv_layout") == "NCHW":
+            raise ConfigError(f"config key models.{spec['name']}.conv_algorithm: 'winograd' needs conv_layout "
+                              "'NHWC' or 'auto', not 'NCHW'")
     return _merge(DEFAULTS, data)
 
 

@@ -10,6 +10,7 @@ def measure_option_from_settings(settings: dict) -> dict:
     builder = autotvm.LocalBuilder(n_parallel=settings["n_parallel"], timeout=settings["timeout"])
     common = {"number": settings["number"], "repeat": settings["repeat"], "min_repeat_ms": settings["min_repeat_ms"],
               "timeout": settings["timeout"], "check_correctness": settings.get("check_correctness", False)}
+    common["enable_cpu_cache_flush"] = settings.get("enable_cpu_cache_flush", False)
     rpc = settings.get("rpc")
     if rpc:
         runner = autotvm.RPCRunner(rpc["key"], rpc["host"], rpc["port"], **common)

@@ -30,12 +30,22 @@ def bound_params(mod: Any, params: list) -> dict:
     return dict(zip(names[len(names) - len(params):], params))
 
 
-def model_tasks(spec: dict, target: Any) -> tuple[Any, Any, dict, list]:
-    """(model, relax module, params by name, tasks) of a model spec."""
+def load_program(spec: dict) -> tuple[Any, Any, dict]:
+    """(model, relax module, params by name) of a model spec."""
     model = load_model(spec)
     mod, params = model.to_relax()
-    named = bound_params(mod, params)
-    return model, mod, named, autotvm.task.extract_from_program(mod, target, named)
+    return model, mod, bound_params(mod, params)
+
+
+def model_tasks(spec: dict, target: Any) -> tuple[Any, Any, dict, list]:
+    """(model, relax module, params by name, tasks) of a model spec."""
+    model, mod, named = load_program(spec)
+    return model, mod, named, autotvm.task.extract_from_program(mod, target, named, **conv_options(spec))
+
+
+def conv_options(spec: dict) -> dict:
+    """The model's convolution keys: tuning and building must use the same ones."""
+    return {"conv_layout": spec.get("conv_layout", "auto"), "conv_algorithm": spec.get("conv_algorithm", "direct")}
 
 
 def tune_models(config: dict) -> list[dict]:

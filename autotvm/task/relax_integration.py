@@ -7,24 +7,56 @@ MetaSchedule database record. Functions without a record keep TVM's default lowe
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import tvm
 
 from ..env import load_tensor_intrinsics, make_target
 from .trace_task import TraceTask
+from .winograd import winograd_conv2d
 
 
-def prepare_program(mod: tvm.IRModule, params: dict | None = None) -> tvm.IRModule:
-    """Bind params and rewrite inference-only ops (batch norm becomes a scale and a shift that
-    fold into constants and fuse into the preceding convolution)."""
+CONV_LAYOUTS = ("auto", "NHWC", "NCHW")
+CONV_ALGORITHMS = ("direct", "winograd")
+
+
+def prepare_program(mod: tvm.IRModule, params: dict | None = None, conv_layout: str = "auto",
+                    conv_algorithm: str = "direct") -> tvm.IRModule:
+    """Bind params, rewrite inference-only ops (batch norm becomes a scale and a shift that
+    fold into constants and fuse into the preceding convolution) and set the layout of 2-D
+    convolutions.
+
+    ``conv_layout="NHWC"`` converts convolutions to NHWC activations (OHWI weights), with one
+    transpose where the model's own layout meets it: channels become the innermost axis, so a
+    kernel can vectorise over output channels even where the image is small (7x7 in ResNet's last
+    stage). ``"NCHW"`` keeps the layout the frontend produced. ``"auto"`` (default) is NHWC when
+    the weights are bound constants (their transpose is folded at compile time) and NCHW when
+    they are run-time inputs (where it would cost a transpose per call).
+
+    ``conv_algorithm="winograd"`` computes NHWC 3x3 stride-1 convolutions with constant weights by
+    Winograd (F(4x4, 3x3), or F(2x2, 3x3) on small maps: ``autotvm.task.winograd``), with the
+    weights transformed here, once; other convolutions stay direct."""
     from tvm import relax
 
+    if conv_layout not in CONV_LAYOUTS:
+        raise ValueError(f"unknown conv_layout {conv_layout!r}; allowed: {', '.join(CONV_LAYOUTS)}")
+    if conv_algorithm not in CONV_ALGORITHMS:
+        raise ValueError(f"unknown conv_algorithm {conv_algorithm!r}; allowed: {', '.join(CONV_ALGORITHMS)}")
+    if conv_algorithm == "winograd" and conv_layout == "NCHW":
+        raise ValueError("conv_algorithm 'winograd' needs conv_layout 'NHWC' or 'auto'")
     if params:
         mod = relax.transform.BindParams("main", params)(mod)
-    seq = tvm.transform.Sequential([relax.transform.DecomposeOpsForInference(), relax.transform.FoldConstant()])
+    if conv_layout == "auto":
+        conv_layout = "NHWC" if _weights_are_constants(mod) else "NCHW"
+    passes = [relax.transform.DecomposeOpsForInference(), relax.transform.FoldConstant()]
+    if conv_layout == "NHWC":
+        passes += [relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]}),
+                   relax.transform.FoldConstant()]  # transposes the constant weights once
+        if conv_algorithm == "winograd":
+            passes.append(winograd_conv2d)
     with tvm.transform.PassContext(opt_level=3):
-        return seq(mod)
+        return tvm.transform.Sequential(passes)(mod)
 
 
 def _weights_are_constants(mod: tvm.IRModule) -> bool:
@@ -66,15 +98,18 @@ def fuse_program(mod: tvm.IRModule, target: Any) -> tvm.IRModule:
         return seq(mod)
 
 
-def extract_from_program(mod: tvm.IRModule, target: Any, params: dict | None = None) -> list[TraceTask]:
+def extract_from_program(mod: tvm.IRModule, target: Any, params: dict | None = None,
+                         conv_layout: str = "auto", conv_algorithm: str = "direct") -> list[TraceTask]:
     """One ``TraceTask`` per distinct tunable PrimFunc of a Relax module, weighted by its call count.
 
     ``mod`` is a Relax IRModule, e.g. from ``tvm.relax.frontend.torch.from_exported_program``;
-    ``params`` (name -> tensor) are bound first, as ``compile_relax`` does.
+    ``params`` (name -> tensor) are bound first, as ``compile_relax`` does; ``conv_layout`` and
+    ``conv_algorithm`` as in ``prepare_program`` (build with the same ones: the tasks, and so the
+    records, differ).
     """
     load_tensor_intrinsics()
     target = make_target(target)
-    return _tasks_of(fuse_program(prepare_program(mod, params), target), target)
+    return _tasks_of(fuse_program(prepare_program(mod, params, conv_layout, conv_algorithm), target), target)
 
 
 def _tasks_of(fused: tvm.IRModule, target: tvm.target.Target) -> list[TraceTask]:
@@ -85,10 +120,12 @@ def _tasks_of(fused: tvm.IRModule, target: tvm.target.Target) -> list[TraceTask]
     return [TraceTask(t.task_name, t.dispatched[0], target, weight=int(t.weight)) for t in extracted]
 
 
-def build_program(mod: tvm.IRModule, target: Any, params: dict | None = None) -> Any:
+def build_program(mod: tvm.IRModule, target: Any, params: dict | None = None, conv_layout: str = "auto",
+                  conv_algorithm: str = "direct") -> Any:
     """Compile a Relax module, applying the best config of the current ``apply_history_best``.
 
     Returns a ``relax.VMExecutable``. Without a context (or records) this is TVM's default build.
+    ``conv_layout`` and ``conv_algorithm`` must be the ones the tasks were extracted with.
     """
     load_tensor_intrinsics()
     from tvm.s_tir import meta_schedule as ms
@@ -96,16 +133,22 @@ def build_program(mod: tvm.IRModule, target: Any, params: dict | None = None) ->
     from ..dispatcher import DispatchContext
 
     target = make_target(target)
-    fused = fuse_program(prepare_program(mod, params), target)  # once: the tasks and the build share it
+    # prepared and fused once: the task lookup and the build share it
+    fused = fuse_program(prepare_program(mod, params, conv_layout, conv_algorithm), target)
     database = ms.database.MemoryDatabase()
+    applied = 0
     for task in _tasks_of(fused, target):
         cfg = DispatchContext.current_config(task)
         if cfg is None:
             continue
+        applied += 1
         sch = task.schedule_of(cfg)
         workload = database.commit_workload(task.mod)
         database.commit_tuning_record(ms.database.TuningRecord(
             sch.trace, workload, [1.0], target, ms.arg_info.ArgInfo.from_prim_func(task.mod["main"])))
+    if DispatchContext.stack() and not applied:
+        warnings.warn("build_program: no record of the active apply_history_best matches a task of this "
+                      "program (tuned for another target, model, conv_layout or conv_algorithm?); building it untuned")
     return _compile_with_database(database, fused, target)
 
 
