@@ -128,6 +128,9 @@ def test_malformed_json_says_line_and_column(tmp_path):
     ({"experiments": {"names": ["race"]}}, ["experiments.names.0", "race", "compare_tuners"]),
     ({"autotuner_settings": {"trials": 0}}, ["autotuner_settings.trials", ">= 1"]),
     ({"target": "opencl"}, ["target", "llvm"]),
+    ({"models": [{"name": "x", "type": "op", "workload": "r3x3", "conv_layout": "NCHWc"}]}, ["NCHWc", "NHWC"]),
+    ({"models": [{"name": "x", "type": "op", "workload": "r3x3", "conv_layout": "NCHW", "conv_algorithm": "winograd"}]},
+     ["models.x.conv_algorithm", "winograd", "NHWC"]),
 ])
 def test_bad_keys(tmp_path, override, words):
     _bad(driver("-m=tune", "-c=" + json.dumps(override | ({"models": [{"name": "m", "type": "op", "workload": "mm64"}]}

@@ -8,6 +8,8 @@ records. Writes a CSV, a JSON and a bar chart PNG; ``profile`` adds a per-functi
 
 from __future__ import annotations
 
+import contextlib
+
 import csv
 import json
 import os
@@ -127,10 +129,7 @@ def benchmark_models(config: dict) -> list[dict]:
         log = log_path(settings, spec["name"])
         variants = [("tvm-untuned", None)] + ([("tvm-tuned", log)] if os.path.exists(log) else [])
         for variant, records in variants:
-            if records:
-                with autotvm.apply_history_best(records):
-                    exe = autotvm.build_program(mod, target, params, **conv_options(spec))
-            else:
+            with autotvm.apply_history_best(records) if records else contextlib.nullcontext():
                 exe = autotvm.build_program(mod, target, params, **conv_options(spec))
             outputs, stats = run_tvm(exe, target, model, run["number"], run["repeat"])
             error, ok = compare_outputs(outputs, expected, run["rtol"], run["atol"])

@@ -9,8 +9,8 @@ def measure_option_from_settings(settings: dict) -> dict:
     """A LocalBuilder and a LocalRunner, or an RPCRunner when ``rpc`` is given."""
     builder = autotvm.LocalBuilder(n_parallel=settings["n_parallel"], timeout=settings["timeout"])
     common = {"number": settings["number"], "repeat": settings["repeat"], "min_repeat_ms": settings["min_repeat_ms"],
-              "timeout": settings["timeout"], "check_correctness": settings.get("check_correctness", False)}
-    common["enable_cpu_cache_flush"] = settings.get("enable_cpu_cache_flush", False)
+              "timeout": settings["timeout"], "check_correctness": settings.get("check_correctness", False),
+              "enable_cpu_cache_flush": settings.get("enable_cpu_cache_flush", False)}
     rpc = settings.get("rpc")
     if rpc:
         runner = autotvm.RPCRunner(rpc["key"], rpc["host"], rpc["port"], **common)
