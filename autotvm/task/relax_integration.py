@@ -50,13 +50,29 @@ def prepare_program(mod: tvm.IRModule, params: dict | None = None, conv_layout: 
     if conv_layout == "auto":
         conv_layout = "NHWC" if _weights_are_constants(mod) else "NCHW"
     passes = [relax.transform.DecomposeOpsForInference(), relax.transform.FoldConstant()]
-    if conv_layout == "NHWC":
+    if conv_layout == "NHWC" and _has_conv2d(mod):  # ConvertLayout fails (bad_alloc) on some conv-free models
         passes += [relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]}),
                    relax.transform.FoldConstant()]  # transposes the constant weights once
         if conv_algorithm == "winograd":
             passes.append(winograd_conv2d)
     with tvm.transform.PassContext(opt_level=3):
         return tvm.transform.Sequential(passes)(mod)
+
+
+def _has_conv2d(mod: tvm.IRModule) -> bool:
+    """Whether a Relax function of the module calls ``relax.nn.conv2d``."""
+    from tvm import relax
+
+    found = []
+
+    def visit(expr: Any) -> None:
+        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == "relax.nn.conv2d":
+            found.append(expr)
+
+    for _, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    return bool(found)
 
 
 def _weights_are_constants(mod: tvm.IRModule) -> bool:
