@@ -224,7 +224,7 @@ class GADQNTuner(PopulationTuner):
     def on_generation(self) -> None:
         improved = self.best_flops > self._best_at_generation
         self.stalled_generations = 0 if improved else self.stalled_generations + 1
-        self._best_at_generation = max(self._best_at_generation, self.best_flops)
+        self._best_at_generation = self.best_flops  # never decreases
         scores = [m.score for m in self.parents if m.score is not None]
         self.prev_generation_mean = float(np.mean(scores)) if scores else 0.0
         if self.initial_mean is None:

@@ -13,6 +13,7 @@ from typing import Any
 import jsonschema
 
 from autotvm.env import AutoTVMError
+from autotvm.task.relax_integration import CONV_ALGORITHMS, CONV_LAYOUTS
 
 from .models import HF_MODELS, MODEL_TYPES
 from .tuners import TUNERS
@@ -36,8 +37,8 @@ SCHEMA: dict = {
                 "pretrained": {"type": "boolean"}, "path": {"type": "string"},
                 "batch": _POSITIVE_INT, "seq_len": _POSITIVE_INT, "image_size": _POSITIVE_INT,
                 "d_model": _POSITIVE_INT, "nhead": _POSITIVE_INT, "layers": _POSITIVE_INT, "width": _POSITIVE_INT,
-                "seed": {"type": "integer"}, "conv_layout": {"enum": ["auto", "NHWC", "NCHW"]},
-                "conv_algorithm": {"enum": ["direct", "winograd"]},
+                "seed": {"type": "integer"}, "conv_layout": {"enum": list(CONV_LAYOUTS)},
+                "conv_algorithm": {"enum": list(CONV_ALGORITHMS)},
             }}},
         "target": {"oneOf": [{"enum": ["llvm", "cuda"]}, {"type": "object", "required": ["kind"],
                                                            "properties": {"kind": {"enum": ["llvm", "cuda"]}}}]},

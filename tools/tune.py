@@ -44,8 +44,9 @@ def model_tasks(spec: dict, target: Any) -> tuple[Any, Any, dict, list]:
 
 
 def conv_options(spec: dict) -> dict:
-    """The model's convolution keys: tuning and building must use the same ones."""
-    return {"conv_layout": spec.get("conv_layout", "auto"), "conv_algorithm": spec.get("conv_algorithm", "direct")}
+    """The model's convolution keys that are set (the API holds the defaults): tuning and
+    building must use the same ones."""
+    return {key: spec[key] for key in ("conv_layout", "conv_algorithm") if key in spec}
 
 
 def tune_models(config: dict) -> list[dict]:
