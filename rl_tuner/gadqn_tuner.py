@@ -16,6 +16,11 @@
   learns where to step and where to jump (see benchmarks/README.md).
 - Each agent is trained on exactly the state it acted on, with the child's measured reward.
 - ``action_policy="random"`` is the ablation: the same GA with uniform choices, no networks.
+- ``screen`` (default 16): once the first generation is measured, each measured child is the one
+  an XGBoost ranking model, refit every generation, prefers among 16 bred children (see
+  ``PopulationTuner``). With 64 to 200 trials a GA has only a few generations; the model spends
+  the cheap part (breeding) to save the expensive part (measuring). ``screen=1`` measures every
+  child bred, as the first versions did. The agents learn from the child that was measured.
 
 States and actions are padded to ``max_knobs`` (invalid actions masked), so a saved agent can
 start on another task with a different knob count.
@@ -45,14 +50,14 @@ class GADQNTuner(PopulationTuner):
     def __init__(self, task: Any, pop_size: int = 16, elite_num: int = 3, reward: str = "improvement",
                  action_policy: str = "dqn", mutation: str = "mixed", mode: str = "train", checkpoint: str | None = None,
                  max_knobs: int | None = None, dqn: DQNConfig | dict | None = None, failure_penalty: float = 0.1,
-                 reward_cap: float = 2.0, stall_state: bool = False, seed: int | None = None) -> None:
+                 reward_cap: float = 2.0, stall_state: bool = False, screen: int = 16, seed: int | None = None) -> None:
         for name, value, allowed in (("reward", reward, REWARDS), ("action_policy", action_policy, POLICIES),
                                      ("mode", mode, MODES), ("mutation", mutation, MUTATIONS)):
             if value not in allowed:
                 raise ValueError(f"unknown {name} {value!r}; allowed: {', '.join(allowed)}")
         if mode != "train" and not checkpoint:
             raise ValueError(f"mode {mode!r} needs checkpoint=<path of a saved agent>")
-        super().__init__(task, pop_size=pop_size, elite_num=elite_num, seed=seed)
+        super().__init__(task, pop_size=pop_size, elite_num=elite_num, screen=screen, seed=seed)
         self.reward_name, self.action_policy, self.mode = reward, action_policy, mode
         self.moves = ("local", "redraw") if mutation == "mixed" else (mutation,)
         self.failure_penalty, self.reward_cap = failure_penalty, reward_cap

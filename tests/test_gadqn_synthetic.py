@@ -17,8 +17,9 @@ def dominant_runs():
     runs = {"dqn": [], "random": []}
     for seed in SEEDS:
         for policy in runs:
+            # the agents alone: every bred child is measured (no model screen)
             runs[policy].append(run(GADQNTuner(task, pop_size=16, action_policy=policy if policy == "random" else "dqn",
-                                               seed=seed), task, 300))
+                                               screen=1, seed=seed), task, 300))
     return task, runs
 
 
@@ -49,7 +50,8 @@ def test_gadqn_reaches_the_optimum_sooner_than_its_ablation(dominant_runs):
 
 @pytest.mark.parametrize("make", [lambda t, s: GATuner(t, pop_size=10, seed=s),
                                   lambda t, s: GADQNTuner(t, pop_size=10, seed=s),
-                                  lambda t, s: GADQNTuner(t, pop_size=10, action_policy="random", seed=s)])
+                                  lambda t, s: GADQNTuner(t, pop_size=10, action_policy="random", seed=s),
+                                  lambda t, s: GADQNTuner(t, pop_size=10, screen=1, seed=s)])
 @pytest.mark.parametrize("batch", [1, 3, 4])
 def test_exact_budget_full_batches_no_duplicates(make, batch):
     task = one_knob_dominates()
@@ -146,6 +148,9 @@ def test_bad_options_are_refused():
                          ({"action_policy": "x"}, "action_policy")):
         with pytest.raises(ValueError, match=word):
             GADQNTuner(task, **kwargs)
+    for screen in (0, 2.5):
+        with pytest.raises(ValueError, match="screen"):
+            GATuner(task, screen=screen)
 
 
 def test_dqn_agent_learns_a_bandit():
@@ -189,3 +194,22 @@ def test_stall_state_option():
     assert state.shape == (tuner.max_knobs + 2,) and list(state[-2:]) == [0.5, 1.0]
     plain = GADQNTuner(flat, pop_size=6, seed=0)
     assert plain.mutation_agent.state_dim == plain.max_knobs == len(plain.mutation_state([0, 0, 0], 0.5, 10))
+
+
+@pytest.mark.parametrize("tuner_class", [GATuner, GADQNTuner])
+def test_screen_reaches_the_optimum_sooner(tuner_class):
+    """Measuring only the child the cost model ranks first of eight finds the dominant knob's
+    optimum in fewer trials than measuring every child, over several seeds."""
+    task = dominant_knob()
+    goal = 0.97 * task.optimum
+    trials = {screen: [trials_to_reach(run(tuner_class(task, pop_size=16, screen=screen, seed=seed), task, 200), goal)
+                       for seed in range(4)] for screen in (1, 8)}
+    assert np.median(trials[8]) < np.median(trials[1]), trials
+
+
+def test_screen_is_deterministic_and_fits_once_per_generation():
+    task = one_knob_dominates()
+    a = run(GADQNTuner(task, pop_size=8, screen=4, seed=3), task, 40)
+    b = run(GADQNTuner(task, pop_size=8, screen=4, seed=3), task, 40)
+    assert [h["index"] for h in a.history] == [h["index"] for h in b.history]
+    assert a.screen_model is not None and a.screen_model.fitted

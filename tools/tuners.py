@@ -26,11 +26,11 @@ TUNERS = {
 # options each tuner accepts (besides seed)
 TUNER_OPTIONS = {
     "random": set(), "gridsearch": set(),
-    "ga": {"pop_size", "elite_num", "mutation_prob"},
+    "ga": {"pop_size", "elite_num", "mutation_prob", "screen"},
     "xgb": {"plan_size", "feature_type", "loss_type", "n_iter", "parallel_size", "early_stop", "eps_greedy"},
     "ga-dqn": {"pop_size", "elite_num", "reward", "mode", "checkpoint", "max_knobs", "dqn", "failure_penalty",
-               "reward_cap", "action_policy", "mutation", "stall_state"},
-    "ga-dqn-random": {"pop_size", "elite_num", "reward", "max_knobs", "failure_penalty", "reward_cap", "mutation"},
+               "reward_cap", "action_policy", "mutation", "stall_state", "screen"},
+    "ga-dqn-random": {"pop_size", "elite_num", "reward", "max_knobs", "failure_penalty", "reward_cap", "mutation", "screen"},
 }
 
 

@@ -7,6 +7,12 @@ generations, the first children of the new generation are bred from the members 
 measured (the few still in flight are left out of the parent pool). No config is proposed twice:
 a child that lands on a visited config is redrawn by ``repair``, and when fewer unvisited
 configs remain than a generation needs, the rest of the space is enumerated.
+
+``screen=k`` (k > 1) makes breeding model-guided, as MetaSchedule's evolutionary search is: once
+a generation has been measured, an XGBoost ranking model is refit on every measurement at the
+start of each generation, ``k`` distinct children are bred for each slot, and only the one the
+model ranks highest is measured. Measurements are the expensive part (about a second each, a
+build and a run), so breeding and ranking k candidates is cheap by comparison.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..measure.measure import MeasureInput, MeasureResult
+from .cost_model import XGBCostModel
 from .tuner import Tuner
 
 
@@ -32,13 +39,16 @@ class PopulationTuner(Tuner):
     """Subclasses implement ``breed(parents, probs, taken) -> (knob, info)`` (``taken``: indices
     visited or already proposed) and may override ``repair``, ``on_measured`` and ``on_generation``."""
 
-    def __init__(self, task: Any, pop_size: int = 100, elite_num: int = 3, seed: int | None = None) -> None:
+    def __init__(self, task: Any, pop_size: int = 100, elite_num: int = 3, screen: int = 1,
+                 seed: int | None = None) -> None:
         super().__init__(task, seed=seed)
         if pop_size < 2:
             raise ValueError(f"pop_size must be >= 2, got {pop_size}")
         if not 0 <= elite_num < pop_size:
             raise ValueError(f"elite_num must be in [0, pop_size), got {elite_num}")
-        self.pop_size, self.elite_num = pop_size, elite_num
+        if not isinstance(screen, (int, np.integer)) or screen < 1:
+            raise ValueError(f"screen must be an integer >= 1 (1: no model screening), got {screen!r}")
+        self.pop_size, self.elite_num, self.screen = pop_size, elite_num, int(screen)
         self.dims = self.space.dims
         self._reset_population()
 
@@ -50,6 +60,7 @@ class PopulationTuner(Tuner):
         self.to_breed = self.pop_size
         self.by_index: dict[int, Member] = {}
         self.scores: dict[int, float] = {}
+        self.screen_model: XGBCostModel | None = None
 
     def reset(self) -> None:
         super().reset()
@@ -84,7 +95,20 @@ class PopulationTuner(Tuner):
         self.population = [Member(list(m.knob), m.index, m.score) for m in elites]
         self.to_breed = self.pop_size - len(elites)
         self.generation += 1
+        if self.screen > 1:
+            self._fit_screen_model()
         self.on_generation()
+
+    def _fit_screen_model(self) -> None:
+        """Refit the ranking model on every measurement so far (knob features)."""
+        if len(self.scores) < 2:
+            return
+        indices = list(self.scores)
+        knobs = np.array([self.space.point2knob(i) for i in indices], dtype=np.int64)
+        model = XGBCostModel(seed=int(self.rng.integers(2**31)))
+        model.fit(self.space.feature_matrix(knobs), np.array([self.scores[i] for i in indices]))
+        if model.fitted:
+            self.screen_model = model
 
     def _unvisited_left(self, taken: set[int]) -> int:
         return self.space.range_length - len(taken)
@@ -109,11 +133,26 @@ class PopulationTuner(Tuner):
     def _propose(self, taken: set[int]) -> Member:
         if self.generation == 0 or len(self.parents) == 0 or self._unvisited_left(taken) <= self.pop_size:
             return self._random_member(taken)
+        if self.screen_model is None:
+            return self._bred_member(taken) or self._random_member(taken)
+        candidates: dict[int, Member] = {}
+        for _ in range(self.screen):
+            member = self._bred_member(taken | candidates.keys())
+            if member is not None:
+                candidates[member.index] = member
+        if not candidates:
+            return self._random_member(taken)
+        members = list(candidates.values())
+        predicted = self.screen_model.predict(self.space.feature_matrix(np.array([m.knob for m in members])))
+        return members[int(np.argmax(predicted))]
+
+    def _bred_member(self, taken: set[int]) -> Member | None:
+        """One child bred from the parents and repaired until unvisited (``None`` if repair gives up)."""
         knob, info = self.breed(self.parents, self.parent_probs, taken)
         if self.space.knob2point(knob) in taken:
             repaired = self.repair(knob, info, taken)
             if repaired is None:
-                return self._random_member(taken)
+                return None
             knob, info = repaired
         return Member(list(knob), self.space.knob2point(knob), None, info)
 

@@ -14,6 +14,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..measure.measure import MeasureInput, MeasureResult
+from .cost_model import LOSSES, XGBCostModel
 from .tuner import Tuner
 
 
@@ -24,8 +25,8 @@ class XGBTuner(Tuner):
         super().__init__(task, seed=seed)
         if feature_type not in ("knob", "program"):
             raise ValueError(f"unknown feature_type {feature_type!r}; allowed: knob, program")
-        if loss_type not in ("rank", "reg"):
-            raise ValueError(f"unknown loss_type {loss_type!r}; allowed: rank, reg")
+        if loss_type not in LOSSES:
+            raise ValueError(f"unknown loss_type {loss_type!r}; allowed: {', '.join(LOSSES)}")
         if feature_type == "program" and not hasattr(task, "schedule_of"):
             raise ValueError("feature_type='program' needs a task from create_from_primfunc or a Relax program")
         self.plan_size, self.feature_type, self.loss_type = plan_size, feature_type, loss_type
@@ -66,24 +67,13 @@ class XGBTuner(Tuner):
 
     # -- model
     def _fit(self) -> None:
-        import xgboost as xgb
-
-        ys = np.asarray(self.ys, dtype=np.float64)
-        if ys.max() <= 1e-6:
-            return
-        x = np.stack(self.xs)
-        y = ys / ys.max()
-        params = {"max_depth": 6, "gamma": 0.0001, "min_child_weight": 1, "subsample": 1.0, "eta": 0.3,
-                  "lambda": 1.0, "alpha": 0.0, "nthread": self.num_threads, "verbosity": 0,
-                  "seed": int(self.rng.integers(2**31)),
-                  "objective": "rank:pairwise" if self.loss_type == "rank" else "reg:squarederror"}
-        dtrain = xgb.DMatrix(x, label=y)
-        if self.loss_type == "rank":
-            dtrain.set_group([len(y)])
-        self.model = xgb.train(params, dtrain, num_boost_round=100 if len(y) < 500 else 200)
+        model = XGBCostModel(self.loss_type, self.num_threads, seed=int(self.rng.integers(2**31)))
+        model.fit(np.stack(self.xs), np.asarray(self.ys))
+        if model.fitted:
+            self.model = model
 
     def _predict(self, knobs: np.ndarray) -> np.ndarray:
-        return self.model.inplace_predict(self._features(knobs))
+        return self.model.predict(self._features(knobs))
 
     def _strides(self) -> np.ndarray | None:
         """Mixed-radix strides turning knob rows into indices with one matrix product (small spaces)."""
