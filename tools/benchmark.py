@@ -9,7 +9,6 @@ records. Writes a CSV, a JSON and a bar chart PNG; ``profile`` adds a per-functi
 from __future__ import annotations
 
 import contextlib
-
 import csv
 import json
 import os
