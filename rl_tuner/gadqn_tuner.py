@@ -84,10 +84,11 @@ class GADQNTuner(PopulationTuner):
             raise ValueError(f"the task has {self.n_knobs} knobs but the agent handles at most {self.max_knobs}")
 
     # -- states and masks
-    def _genes(self, knob: list[int]) -> np.ndarray:
-        """Knob indices scaled to [0, 1], zero-padded to ``max_knobs``."""
-        out = np.zeros(self.max_knobs, np.float32)
-        out[: self.n_knobs] = np.asarray(knob) / np.maximum(self.dims_arr - 1, 1)
+    def _genes(self, knobs: np.ndarray | list) -> np.ndarray:
+        """Knob indices scaled to [0, 1], zero-padded to ``max_knobs`` (one knob vector, or rows of them)."""
+        knobs = np.asarray(knobs, dtype=np.float64)
+        out = np.zeros(knobs.shape[:-1] + (self.max_knobs,), np.float32)
+        out[..., : self.n_knobs] = knobs / np.maximum(self.dims_arr - 1, 1)
         return out
 
     def _fitness(self, score: float | None) -> float:
@@ -96,8 +97,13 @@ class GADQNTuner(PopulationTuner):
     def mutation_state(self, child: list[int], parent_fitness: float, stalled_generations: int) -> np.ndarray:
         """The child's genes, then the context: its better parent's fitness (over the best so far)
         and the stall (generations since the best improved, saturating at ``STALL_SCALE``)."""
-        context = [parent_fitness, min(stalled_generations / STALL_SCALE, 1.0)]
-        return np.concatenate([self._genes(child), context[: self.n_context]]).astype(np.float32)
+        return self._mutation_states([child], [parent_fitness], stalled_generations)[0]
+
+    def _mutation_states(self, children: list[list[int]], parent_fitness: list[float],
+                         stalled_generations: int) -> np.ndarray:
+        context = np.zeros((len(children), N_CONTEXT), np.float32)
+        context[:, 0], context[:, 1] = parent_fitness, min(stalled_generations / STALL_SCALE, 1.0)
+        return np.concatenate([self._genes(children), context[:, : self.n_context]], axis=1)
 
     @property
     def n_context(self) -> int:
@@ -106,8 +112,12 @@ class GADQNTuner(PopulationTuner):
         return self.mutation_agent.state_dim - self.max_knobs
 
     def crossover_state(self, p1: Member, p2: Member) -> np.ndarray:
-        return np.concatenate([self._genes(p1.knob), self._genes(p2.knob),
-                               [self._fitness(p1.score), self._fitness(p2.score)]]).astype(np.float32)
+        return self._crossover_states([(p1, p2)])[0]
+
+    def _crossover_states(self, pairs: list[tuple[Member, Member]]) -> np.ndarray:
+        fitness = np.array([[self._fitness(p1.score), self._fitness(p2.score)] for p1, p2 in pairs], np.float32)
+        return np.concatenate([self._genes([p1.knob for p1, _ in pairs]), self._genes([p2.knob for _, p2 in pairs]),
+                               fitness], axis=1)
 
     def crossover_mask(self) -> np.ndarray:
         mask = np.zeros(self.crossover_agent.n_actions, bool)
@@ -136,10 +146,12 @@ class GADQNTuner(PopulationTuner):
         return action % self.max_knobs, self.moves[action // self.max_knobs]
 
     # -- choices: the networks, or the uniform ablation
-    def _choose(self, agent: DQNAgent, state: np.ndarray, mask: np.ndarray) -> int:
+    def _choose(self, agent: DQNAgent, states: np.ndarray, masks: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """One action per state (a batch, one forward pass), and the Q rows they came from
+        (``None`` for the ablation's uniform choices)."""
         if self.action_policy == "random":
-            return int(self.rng.choice(np.flatnonzero(mask)))
-        return agent.act(state, mask)
+            return np.array([self.rng.choice(np.flatnonzero(m)) for m in masks], np.int64), None
+        return agent.act_batch(states, masks)
 
     def _redraw(self, knob: list[int], i: int, move: str, exclude: set[int] = frozenset()) -> int | None:
         """A new value for knob ``i``: a small step from the current one ("local"; any value once
@@ -152,24 +164,38 @@ class GADQNTuner(PopulationTuner):
         return int(options[int(self.rng.integers(len(options)))]) if options else None
 
     def breed(self, parents: list[Member], probs: np.ndarray, taken: set[int]) -> tuple[list[int], Any]:
-        p1, p2 = self.select_parents(parents, probs)
-        info: dict = {"parent_best": max(p1.score or 0.0, p2.score or 0.0)}
+        return self.breed_batch(parents, probs, taken, 1)[0]
+
+    def breed_batch(self, parents: list[Member], probs: np.ndarray, taken: set[int],
+                    count: int) -> list[tuple[list[int], Any]]:
+        """``count`` children: each agent scores all of its states in one forward pass (the
+        screen breeds 16 per measured trial, so acting one state at a time was most of the
+        tuner's own time)."""
+        picks = self.rng.choice(len(parents), size=(count, 2), p=probs)  # fitness-proportional, as select_parents
+        pairs = [(parents[int(i)], parents[int(j)]) for i, j in picks]
+        infos: list[dict] = [{"parent_best": max(p1.score or 0.0, p2.score or 0.0)} for p1, p2 in pairs]
         if self.n_knobs > 1:
-            state = self.crossover_state(p1, p2)
-            action = self._choose(self.crossover_agent, state, self.crossover_mask())
-            cut = action + 1
-            child = p1.knob[:cut] + p2.knob[cut:]
-            info["crossover"] = (state, action)
+            states = self._crossover_states(pairs)
+            masks = np.repeat(self.crossover_mask()[None], count, axis=0)
+            actions, _ = self._choose(self.crossover_agent, states, masks)
+            children = [p1.knob[: a + 1] + p2.knob[a + 1:] for (p1, p2), a in zip(pairs, actions)]  # a cuts before a+1
+            for info, state, action in zip(infos, states, actions):
+                info["crossover"] = (state, int(action))
         else:
-            child = list(p1.knob)
-        state = self.mutation_state(child, self._fitness(info["parent_best"]), self.stalled_generations)
-        mask = self.mutation_mask(keep_allowed=self.space.knob2point(child) not in taken)
-        action = self._choose(self.mutation_agent, state, mask)
-        info["mutation"] = (state, action, mask)
-        knob_i, move = self.decode_mutation(action)
-        if knob_i is not None and knob_i < self.n_knobs and self.dims[knob_i] > 1:
-            child[knob_i] = self._redraw(child, knob_i, move)
-        return child, info
+            children = [list(p1.knob) for p1, _ in pairs]
+        states = self._mutation_states(children, [self._fitness(info["parent_best"]) for info in infos],
+                                       self.stalled_generations)
+        masks = np.repeat(self.mutation_mask(keep_allowed=True)[None], count, axis=0)
+        masks[:, self.keep_action] = [self.space.knob2point(child) not in taken for child in children]
+        masks[~masks.any(axis=1), 0] = True  # nothing to mutate and nothing new to keep: repair decides
+        actions, q = self._choose(self.mutation_agent, states, masks)
+        for n, (child, info, action) in enumerate(zip(children, infos, actions)):
+            info["mutation"] = (states[n], int(action), masks[n])
+            info["mutation_q"] = None if q is None else q[n]
+            knob_i, move = self.decode_mutation(int(action))
+            if knob_i is not None and knob_i < self.n_knobs and self.dims[knob_i] > 1:
+                child[knob_i] = self._redraw(child, knob_i, move)
+        return list(zip(children, infos))
 
     def repair(self, knob: list[int], info: Any, taken: set[int]) -> tuple[list[int], Any] | None:
         """Mutate the chosen knob again, then try other actions in the agent's order of
@@ -177,7 +203,7 @@ class GADQNTuner(PopulationTuner):
         if not info or "mutation" not in info:
             return super().repair(knob, info, taken)
         state, first, mask = info["mutation"]
-        order = ([first] if first != self.keep_action else []) + self._action_preference(state, exclude=first)
+        order = ([first] if first != self.keep_action else []) + self._action_preference(info.get("mutation_q"), first)
         for action in order:
             i, move = self.decode_mutation(action)
             tried: set[int] = set()
@@ -190,12 +216,12 @@ class GADQNTuner(PopulationTuner):
                     return candidate, info
         return None
 
-    def _action_preference(self, state: np.ndarray, exclude: int) -> list[int]:
-        """Valid mutation actions other than ``exclude`` and "keep", best first."""
+    def _action_preference(self, q: np.ndarray | None, exclude: int) -> list[int]:
+        """Valid mutation actions other than ``exclude`` and "keep", best first by the Q row the
+        child was bred with (a random order for the ablation)."""
         valid = [int(a) for a in np.flatnonzero(self.mutation_mask()) if a != exclude and a != self.keep_action]
-        if self.action_policy == "random":
+        if q is None:
             return [int(a) for a in self.rng.permutation(valid)]
-        q = self.mutation_agent.q_values(state)
         return sorted(valid, key=lambda a: -q[a])
 
     # -- rewards and learning

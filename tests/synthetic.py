@@ -82,3 +82,22 @@ def dominant_knob(width=64, minor=(4, 4, 4, 4, 4), position=3, seed=0):
 def trials_to_reach(tuner, target_gflops):
     """The first trial whose best-so-far reaches ``target_gflops`` (a large number if never)."""
     return next((h["trial"] for h in tuner.history if h["best_flops"] / 1e9 >= target_gflops), 10**6)
+
+
+def nk_landscape(n=10, d=8, k=2, weighted=False, seed=0):
+    """Kauffman's NK landscape, a standard rugged objective for genetic algorithms: ``n`` knobs of
+    ``d`` values; knob i's contribution is a random table over itself and the next ``k`` knobs
+    (so knobs interact, and mutating one changes several terms). ``weighted`` draws unequal
+    weights for the contributions, as real schedule knobs matter unequally. GFLOPS = 1 + 10 f^4,
+    so the good region is narrow."""
+    rng = np.random.default_rng(seed)
+    tables = [rng.random((d,) * (k + 1)) for _ in range(n)]
+    weights = rng.exponential(size=n) ** 2 if weighted else np.ones(n)
+    weights = weights / weights.sum()
+
+    def objective(knob):
+        f = sum(w * t[tuple(knob[(i + j) % n] for j in range(k + 1))]
+                for i, (w, t) in enumerate(zip(weights, tables)))
+        return 1.0 + 10.0 * f ** 4
+
+    return SyntheticTask((d,) * n, objective, name=f"nk{'-weighted' if weighted else ''}-{seed}")

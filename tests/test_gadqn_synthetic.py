@@ -213,3 +213,27 @@ def test_screen_is_deterministic_and_fits_once_per_generation():
     b = run(GADQNTuner(task, pop_size=8, screen=4, seed=3), task, 40)
     assert [h["index"] for h in a.history] == [h["index"] for h in b.history]
     assert a.screen_model is not None and a.screen_model.fitted
+
+
+def test_batched_acting_matches_single_states_and_keeps_exploration():
+    """``act_batch`` scores many states in one pass: its Q rows are those of single states, its
+    greedy actions are the single-state ones, and epsilon follows transitions, not candidates
+    scored (so a screen of 16 children does not use up exploration 16 times faster). The agent
+    runs its networks on its own thread count and gives the caller's back."""
+    import torch
+
+    agent = DQNAgent(4, 5, DQNConfig(learning_starts=4), seed=0)
+    rng = np.random.default_rng(0)
+    mask = np.ones(5, bool)
+    for _ in range(12):
+        state = rng.random(4).astype(np.float32)
+        agent.observe(state, int(rng.integers(5)), float(rng.random()), state, mask, True)
+    states = rng.random((16, 4)).astype(np.float32)
+    threads = torch.get_num_threads()
+    eps = agent.epsilon
+    _, q = agent.act_batch(states, np.ones((16, 5), bool))
+    assert agent.epsilon == eps and torch.get_num_threads() == threads
+    assert np.allclose(q, np.stack([agent.q_values(s) for s in states]), atol=1e-6)
+    agent.training = False  # greedy: no exploration
+    actions, _ = agent.act_batch(states, np.ones((16, 5), bool))
+    assert list(actions) == [agent.greedy_action(s, mask) for s in states]

@@ -37,7 +37,8 @@ class Member:
 
 class PopulationTuner(Tuner):
     """Subclasses implement ``breed(parents, probs, taken) -> (knob, info)`` (``taken``: indices
-    visited or already proposed) and may override ``repair``, ``on_measured`` and ``on_generation``."""
+    visited or already proposed) and may override ``breed_batch``, ``repair``, ``on_measured``
+    and ``on_generation``."""
 
     def __init__(self, task: Any, pop_size: int = 100, elite_num: int = 3, screen: int = 1,
                  seed: int | None = None) -> None:
@@ -133,22 +134,28 @@ class PopulationTuner(Tuner):
     def _propose(self, taken: set[int]) -> Member:
         if self.generation == 0 or len(self.parents) == 0 or self._unvisited_left(taken) <= self.pop_size:
             return self._random_member(taken)
-        if self.screen_model is None:
-            return self._bred_member(taken) or self._random_member(taken)
+        count = 1 if self.screen_model is None else self.screen
         candidates: dict[int, Member] = {}
-        for _ in range(self.screen):
-            member = self._bred_member(taken | candidates.keys())
+        for knob, info in self.breed_batch(self.parents, self.parent_probs, taken, count):
+            member = self._repaired(knob, info, taken | candidates.keys())
             if member is not None:
                 candidates[member.index] = member
         if not candidates:
             return self._random_member(taken)
         members = list(candidates.values())
+        if len(members) == 1:
+            return members[0]
         predicted = self.screen_model.predict(self.space.feature_matrix(np.array([m.knob for m in members])))
         return members[int(np.argmax(predicted))]
 
-    def _bred_member(self, taken: set[int]) -> Member | None:
-        """One child bred from the parents and repaired until unvisited (``None`` if repair gives up)."""
-        knob, info = self.breed(self.parents, self.parent_probs, taken)
+    def breed_batch(self, parents: list[Member], probs: np.ndarray, taken: set[int],
+                    count: int) -> list[tuple[list[int], Any]]:
+        """``count`` children for one slot (the screen's candidates). Override to breed them
+        together, e.g. to score all their choices in one forward pass of a network."""
+        return [self.breed(parents, probs, taken) for _ in range(count)]
+
+    def _repaired(self, knob: list[int], info: Any, taken: set[int]) -> Member | None:
+        """The bred child, repaired until unvisited (``None`` if repair gives up)."""
         if self.space.knob2point(knob) in taken:
             repaired = self.repair(knob, info, taken)
             if repaired is None:
