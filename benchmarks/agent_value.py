@@ -4,6 +4,7 @@ model screen, over many seeds. No builds: each run takes about a second, so the 
 on many seeds instead of the three that the real-operator comparison can afford.
 
     python benchmarks/agent_value.py --seeds 16 --trials 200 --out benchmarks/results/agent_value.json
+    python benchmarks/agent_value.py --options '{"reward": "score"}' --screens 16 --out /tmp/score.json
 
 Prints, per landscape and screen, the geometric mean over landscapes of the median best
 GFLOPS of each policy, and the ratio GA-DQN / ablation.
@@ -32,8 +33,10 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=200)
     parser.add_argument("--landscapes", type=int, default=3, help="landscapes of each kind")
     parser.add_argument("--screens", default="1,16")
+    parser.add_argument("--options", default="{}", help="JSON: GADQNTuner options for both policies")
     parser.add_argument("--out", default="results/agent_value.json")
     args = parser.parse_args()
+    options = json.loads(args.options)
     rows = []
     for weighted in (False, True):
         tasks = [nk_landscape(weighted=weighted, seed=s) for s in range(args.landscapes)]
@@ -41,7 +44,8 @@ def main() -> None:
             medians = {}
             for policy in ("dqn", "random"):
                 medians[policy] = [statistics.median(
-                    run(GADQNTuner(task, action_policy=policy, screen=screen, seed=seed), task, args.trials).best_flops / 1e9
+                    run(GADQNTuner(task, action_policy=policy, screen=screen, seed=seed, **options), task,
+                        args.trials).best_flops / 1e9
                     for seed in range(args.seeds)) for task in tasks]
             gm = {p: float(np.exp(np.mean(np.log(m)))) for p, m in medians.items()}
             row = {"landscape": "nk-weighted" if weighted else "nk", "screen": screen, "medians": medians,

@@ -171,8 +171,7 @@ class GADQNTuner(PopulationTuner):
         """``count`` children: each agent scores all of its states in one forward pass (the
         screen breeds 16 per measured trial, so acting one state at a time was most of the
         tuner's own time)."""
-        picks = self.rng.choice(len(parents), size=(count, 2), p=probs)  # fitness-proportional, as select_parents
-        pairs = [(parents[int(i)], parents[int(j)]) for i, j in picks]
+        pairs = self.select_parent_pairs(parents, probs, count)
         infos: list[dict] = [{"parent_best": max(p1.score or 0.0, p2.score or 0.0)} for p1, p2 in pairs]
         if self.n_knobs > 1:
             states = self._crossover_states(pairs)

@@ -192,5 +192,10 @@ class PopulationTuner(Tuner):
 
     def select_parents(self, parents: list[Member], probs: np.ndarray) -> tuple[Member, Member]:
         """Two parents, fitness-proportional (with replacement, as AutoTVM's GA)."""
-        i, j = self.rng.choice(len(parents), size=2, p=probs)
-        return parents[int(i)], parents[int(j)]
+        return self.select_parent_pairs(parents, probs, 1)[0]
+
+    def select_parent_pairs(self, parents: list[Member], probs: np.ndarray,
+                            count: int) -> list[tuple[Member, Member]]:
+        """``count`` pairs of parents, drawn as ``select_parents`` draws one."""
+        picks = self.rng.choice(len(parents), size=(count, 2), p=probs)
+        return [(parents[int(i)], parents[int(j)]) for i, j in picks]
