@@ -126,7 +126,6 @@ class DQNAgent:
         # the default implementation is a quarter of a training step
         self.optimizer = torch.optim.Adam(self.q.parameters(), lr=self.config.lr, fused=True)
         self.buffer = ReplayBuffer(self.config.buffer_size, state_dim, n_actions)
-        self.actions_taken = 0
         self.transitions = 0
         self.gradient_steps = 0
         self.training = True  # False: act greedily and never learn (a loaded agent used as is)
@@ -171,7 +170,6 @@ class DQNAgent:
     def act_batch(self, states: np.ndarray, masks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Epsilon-greedy actions for a batch of states (one forward pass), and their Q rows."""
         eps = self.epsilon
-        self.actions_taken += len(states)
         q = self.q_values(states)
         actions = np.empty(len(states), np.int64)
         for i, (row, mask) in enumerate(zip(q, masks)):
@@ -224,7 +222,7 @@ class DQNAgent:
     def state_dict(self) -> dict:
         return {"config": self.config.to_dict(), "state_dim": self.state_dim, "n_actions": self.n_actions,
                 "q": self.q.state_dict(), "target": self.target.state_dict(),
-                "optimizer": self.optimizer.state_dict(), "actions_taken": self.actions_taken,
+                "optimizer": self.optimizer.state_dict(),
                 "transitions": self.transitions, "gradient_steps": self.gradient_steps}
 
     @classmethod
@@ -235,6 +233,6 @@ class DQNAgent:
         agent.q.load_state_dict(data["q"])
         agent.target.load_state_dict(data["target"])
         agent.optimizer.load_state_dict(data["optimizer"])
-        agent.actions_taken, agent.transitions = data["actions_taken"], data["transitions"]
+        agent.transitions = data["transitions"]  # (older checkpoints also hold an unused "actions_taken")
         agent.gradient_steps = data["gradient_steps"]
         return agent

@@ -184,9 +184,9 @@ class GADQNTuner(PopulationTuner):
             children = [list(p1.knob) for p1, _ in pairs]
         states = self._mutation_states(children, [self._fitness(info["parent_best"]) for info in infos],
                                        self.stalled_generations)
-        masks = np.repeat(self.mutation_mask(keep_allowed=True)[None], count, axis=0)
-        masks[:, self.keep_action] = [self.space.knob2point(child) not in taken for child in children]
-        masks[~masks.any(axis=1), 0] = True  # nothing to mutate and nothing new to keep: repair decides
+        with_keep, without_keep = self.mutation_mask(keep_allowed=True), self.mutation_mask(keep_allowed=False)
+        masks = np.stack([with_keep if self.space.knob2point(child) not in taken else without_keep
+                          for child in children])
         actions, q = self._choose(self.mutation_agent, states, masks)
         for n, (child, info, action) in enumerate(zip(children, infos, actions)):
             info["mutation"] = (states[n], int(action), masks[n])
