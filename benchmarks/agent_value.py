@@ -30,6 +30,7 @@ from synthetic import nk_landscape, run  # noqa: E402
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=16)
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1")
     parser.add_argument("--trials", type=int, default=200)
     parser.add_argument("--landscapes", type=int, default=3, help="landscapes of each kind")
     parser.add_argument("--screens", default="1,16")
@@ -46,7 +47,7 @@ def main() -> None:
                 medians[policy] = [statistics.median(
                     run(GADQNTuner(task, action_policy=policy, screen=screen, seed=seed, **options), task,
                         args.trials).best_flops / 1e9
-                    for seed in range(args.seeds)) for task in tasks]
+                    for seed in range(args.first_seed, args.first_seed + args.seeds)) for task in tasks]
             gm = {p: float(np.exp(np.mean(np.log(m)))) for p, m in medians.items()}
             row = {"landscape": "nk-weighted" if weighted else "nk", "screen": screen, "medians": medians,
                    "geomean_dqn": gm["dqn"], "geomean_ablation": gm["random"], "ratio": gm["dqn"] / gm["random"]}

@@ -17,7 +17,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import autotvm  # noqa: E402
-from tools.compare import format_table, geomean_ratio, run_metaschedule, run_tuner, summarise  # noqa: E402
+from tools.compare import (format_table, geomean_ratio, geomean_ratio_interval, run_metaschedule,  # noqa: E402
+                           run_tuner, summarise)
 from tools.plots import tuning_curves  # noqa: E402
 
 
@@ -66,7 +67,8 @@ def main() -> None:
     for base in ("ga", "xgb", "ga-dqn-random", "random", "metaschedule"):
         ratio = geomean_ratio(rows, "ga-dqn", base)
         if ratio is not None:
-            print(f"GA-DQN / {base}: geometric mean {ratio:.3f}")
+            low, high = geomean_ratio_interval(runs, "ga-dqn", base)
+            print(f"GA-DQN / {base}: geometric mean {ratio:.3f} (90% bootstrap interval over seeds {low:.3f}-{high:.3f})")
 
 
 if __name__ == "__main__":

@@ -154,9 +154,14 @@ class DQNAgent:
             x = torch.as_tensor(np.asarray(state), dtype=torch.float32, device=self.device)
             return self.q(x.reshape(-1, self.state_dim)).cpu().numpy().reshape(*np.shape(state)[:-1], -1)
 
-    def _greedy_from(self, q: np.ndarray, mask: np.ndarray) -> int:
-        """The valid action of highest Q; ties (as between untried actions) broken at random."""
+    def _greedy_from(self, q: np.ndarray, mask: np.ndarray, rank: int = 0) -> int:
+        """The valid action of highest Q (``rank`` r > 0: the (r+1)-th highest, wrapping round
+        the valid actions); ties (as between untried actions) broken at random."""
         q = np.where(mask, q, -np.inf)
+        if rank:
+            jitter = self.rng.random(len(q)) * 1e-9  # random order among equal Q
+            order = [a for a in np.argsort(-(q + jitter), kind="stable") if mask[a]]
+            return int(order[rank % len(order)])
         best = np.flatnonzero(q >= q.max() - 1e-9)
         return int(best[0] if len(best) == 1 else self.rng.choice(best))
 
@@ -167,14 +172,18 @@ class DQNAgent:
         """Epsilon-greedy over the valid actions (``mask``)."""
         return int(self.act_batch(np.asarray(state)[None], np.asarray(mask)[None])[0][0])
 
-    def act_batch(self, states: np.ndarray, masks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Epsilon-greedy actions for a batch of states (one forward pass), and their Q rows."""
+    def act_batch(self, states: np.ndarray, masks: np.ndarray,
+                  ranks: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Epsilon-greedy actions for a batch of states (one forward pass), and their Q rows.
+        ``ranks``: state i exploits its ``ranks[i]``-th best action instead of its best (0), so
+        that a batch of similar states does not collapse onto one action."""
         eps = self.epsilon
         q = self.q_values(states)
+        ranks = np.zeros(len(states), np.int64) if ranks is None else ranks
         actions = np.empty(len(states), np.int64)
         for i, (row, mask) in enumerate(zip(q, masks)):
             explore = self.rng.random() < eps
-            actions[i] = self.rng.choice(np.flatnonzero(mask)) if explore else self._greedy_from(row, mask)
+            actions[i] = self.rng.choice(np.flatnonzero(mask)) if explore else self._greedy_from(row, mask, int(ranks[i]))
         return actions, q
 
     def observe(self, state, action, reward, next_state, next_mask, done) -> float | None:

@@ -6,7 +6,8 @@ import pytest
 from ga_tuner import GATuner
 from rl_tuner import DQNAgent, DQNConfig, GADQNTuner
 
-from synthetic import SyntheticTask, dominant_knob, one_knob_dominates, run, synthetic_measure, trials_to_reach
+from synthetic import (SyntheticTask, dominant_knob, nk_landscape, one_knob_dominates, run, synthetic_measure,
+                       trials_to_reach)
 
 SEEDS = range(6)
 
@@ -237,3 +238,47 @@ def test_batched_acting_matches_single_states_and_keeps_exploration():
     agent.training = False  # greedy: no exploration
     actions, _ = agent.act_batch(states, np.ones((16, 5), bool))
     assert list(actions) == [agent.greedy_action(s, mask) for s in states]
+
+
+def test_ranked_acting_spreads_a_batch_over_the_best_actions():
+    """``ranks``: state i takes its ``ranks[i]``-th best valid action, so identical states get
+    distinct actions in order of Q, wrapping round the valid ones."""
+    import torch
+
+    agent = DQNAgent(3, 6, DQNConfig(), seed=0)
+    agent.training = False  # no exploration
+    with torch.no_grad():
+        agent.q.net[-1].bias.copy_(torch.tensor([0.5, 0.1, 0.9, 0.3, 0.7, 0.2]))
+    states = np.zeros((6, 3), np.float32)
+    mask = np.array([True, True, True, False, True, True])  # action 3 is invalid
+    actions, _ = agent.act_batch(states, np.repeat(mask[None], 6, axis=0), np.arange(6))
+    assert list(actions) == [2, 4, 0, 5, 1, 2]
+
+
+def _distinct_knobs_per_slot(spread: float, seed: int) -> float:
+    """Mean number of distinct mutated knobs among the screen's candidates of a slot."""
+    task = nk_landscape(seed=seed)
+    tuner = GADQNTuner(task, spread=spread, seed=seed)
+    counts: list[int] = []
+    breed = tuner.breed_batch
+
+    def counting(parents, probs, taken, count):
+        children = breed(parents, probs, taken, count)
+        if count > 1 and len(tuner.history) >= 100:  # epsilon has decayed: the agent exploits
+            counts.append(len({tuner.decode_mutation(info["mutation"][1])[0] for _, info in children}))
+        return children
+
+    tuner.breed_batch = counting
+    run(tuner, task, 200)
+    return float(np.mean(counts))
+
+
+def test_spread_keeps_the_screened_candidates_diverse():
+    """Greedy on every candidate, the screen's 16 children of a slot mutate two or three knobs
+    (similar parents, similar states): the model has little to choose from. With ``spread`` they
+    cover the agent's ranking instead (measured: 2.5 distinct knobs of 10 against 8.3 for
+    uniform choices, NK landscapes)."""
+    assert all(_distinct_knobs_per_slot(1.0, s) > 2 * _distinct_knobs_per_slot(0.0, s) for s in range(2))
+    task = one_knob_dominates()
+    with pytest.raises(ValueError, match="spread"):
+        GADQNTuner(task, spread=1.5)

@@ -116,6 +116,31 @@ def geomean_ratio(rows: list[dict], tuner: str, baseline: str) -> float | None:
     return float(np.exp(np.mean(np.log(ratios)))) if ratios else None
 
 
+def geomean_ratio_interval(runs: Iterable[dict], tuner: str, baseline: str, level: float = 0.9,
+                           resamples: int = 2000, seed: int = 0) -> tuple[float, float] | None:
+    """Bootstrap interval of ``geomean_ratio`` over seeds: each (op, tuner)'s seeds are redrawn
+    with replacement, the medians and their geometric-mean ratio recomputed, and the central
+    ``level`` of the ratios kept. With three to eight seeds a median moves a lot between runs;
+    the interval says how far a ratio could move with other seeds."""
+    best: dict[tuple, list[float]] = {}
+    for run in runs:
+        best.setdefault((run["op"], run["tuner"]), []).append(run["best_gflops"])
+    ops = [op for op, t in best if t == tuner and (op, baseline) in best]
+    if not ops:
+        return None
+    rng = np.random.default_rng(seed)
+
+    def resampled_log_medians(values: list[float]) -> np.ndarray:
+        values = np.log(np.maximum(values, 1e-12))
+        return np.median(rng.choice(values, size=(resamples, len(values))), axis=1)
+
+    log_ratios = np.mean([resampled_log_medians(best[(op, tuner)]) - resampled_log_medians(best[(op, baseline)])
+                          for op in ops], axis=0)
+    tail = 50 * (1 - level)
+    low, high = np.exp(np.percentile(log_ratios, [tail, 100 - tail]))
+    return float(low), float(high)
+
+
 def format_table(rows: list[dict]) -> str:
     head = f"{'op':8} {'tuner':14} {'seeds':>5} {'best GFLOPS':>12} {'trials->90%':>12} {'overhead':>9} {'wall s':>8}"
     lines = [head, "-" * len(head)]
