@@ -71,8 +71,8 @@ class GADQNTuner(PopulationTuner):
         self.reward_name, self.action_policy, self.mode = reward, action_policy, mode
         self.moves = ("local", "redraw") if mutation == "mixed" else (mutation,)
         self.failure_penalty, self.reward_cap = failure_penalty, reward_cap
-        if not 0.0 <= spread <= 1.0:
-            raise ValueError(f"spread must be in [0, 1], got {spread!r}")
+        if isinstance(spread, bool) or not isinstance(spread, (int, float)) or not 0.0 <= spread <= 1.0:
+            raise ValueError(f"spread must be a number in [0, 1] (0: every screened candidate greedy), got {spread!r}")
         self.spread = spread
         self.n_knobs = len(self.dims)
         self.dims_arr = np.array(self.dims, dtype=np.float64)

@@ -280,5 +280,6 @@ def test_spread_keeps_the_screened_candidates_diverse():
     uniform choices, NK landscapes)."""
     assert all(_distinct_knobs_per_slot(1.0, s) > 2 * _distinct_knobs_per_slot(0.0, s) for s in range(2))
     task = one_knob_dominates()
-    with pytest.raises(ValueError, match="spread"):
-        GADQNTuner(task, spread=1.5)
+    for bad in (1.5, -0.1, "all", None):
+        with pytest.raises(ValueError, match="spread"):
+            GADQNTuner(task, spread=bad)
