@@ -29,7 +29,7 @@ TUNER_OPTIONS = {
     "ga": {"pop_size", "elite_num", "mutation_prob", "screen"},
     "xgb": {"plan_size", "feature_type", "loss_type", "n_iter", "parallel_size", "early_stop", "eps_greedy"},
     "ga-dqn": {"pop_size", "elite_num", "reward", "mode", "checkpoint", "max_knobs", "dqn", "failure_penalty",
-               "reward_cap", "action_policy", "mutation", "stall_state", "screen"},
+               "reward_cap", "action_policy", "mutation", "stall_state", "screen", "spread"},
     "ga-dqn-random": {"pop_size", "elite_num", "reward", "max_knobs", "failure_penalty", "reward_cap", "mutation", "screen"},
 }
 
