@@ -283,3 +283,15 @@ def test_spread_keeps_the_screened_candidates_diverse():
     for bad in (1.5, -0.1, "all", None):
         with pytest.raises(ValueError, match="spread"):
             GADQNTuner(task, spread=bad)
+
+
+def test_the_command_line_passes_every_gadqn_option():
+    """``tools.tuners`` keeps only the options it knows for each tuner name: every keyword of
+    GA-DQN must be among them, or a config's setting is silently dropped."""
+    import inspect
+
+    from tools.tuners import TUNER_OPTIONS, make_tuner
+
+    keywords = set(inspect.signature(GADQNTuner.__init__).parameters) - {"self", "task", "seed"}
+    assert keywords <= TUNER_OPTIONS["ga-dqn"], keywords - TUNER_OPTIONS["ga-dqn"]
+    assert make_tuner("ga-dqn", one_knob_dominates(), seed=0, spread=0.5).spread == 0.5
