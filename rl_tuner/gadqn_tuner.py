@@ -28,8 +28,8 @@
   action: the agents rank the moves and the screen's candidates cover the top of the ranking
   (1.0, default: all of it, best first; 0.0: every candidate greedy, the sixth session's
   design). Measured (benchmarks/README.md): GA-DQN over its ablation rose from 0.981 to 1.006
-  on NK landscapes (two seed sets of 16, two kinds of landscape); on the real ops it was 1.004
-  with spread (4 seeds), 0.968 without (8 seeds, another run): level, no longer below.
+  on NK landscapes (two seed sets of 16, two kinds of landscape); on the real ops it was 1.047
+  with spread (4 seeds, one run), 1.004 and 0.968 without (4 and 8 seeds, other runs).
 
 States and actions are padded to ``max_knobs`` (invalid actions masked), so a saved agent can
 start on another task with a different knob count.
