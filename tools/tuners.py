@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 from typing import Any
 
 from autotvm.env import AutoTVMError
@@ -10,28 +12,28 @@ from ga_tuner import GATuner
 from rl_tuner import GADQNTuner
 
 
-def _gadqn_random(task: Any, **options: Any) -> GADQNTuner:
-    return GADQNTuner(task, action_policy="random", **options)
-
-
 TUNERS = {
     "random": RandomTuner,
     "gridsearch": GridSearchTuner,
     "ga": GATuner,
     "xgb": XGBTuner,
     "ga-dqn": GADQNTuner,
-    "ga-dqn-random": _gadqn_random,  # the ablation: GA-DQN's GA with uniform choices
+    "ga-dqn-random": functools.partial(GADQNTuner, action_policy="random"),  # the ablation
 }
 
-# options each tuner accepts (besides seed)
-TUNER_OPTIONS = {
-    "random": set(), "gridsearch": set(),
-    "ga": {"pop_size", "elite_num", "mutation_prob", "screen"},
-    "xgb": {"plan_size", "feature_type", "loss_type", "n_iter", "parallel_size", "early_stop", "eps_greedy"},
-    "ga-dqn": {"pop_size", "elite_num", "reward", "mode", "checkpoint", "max_knobs", "dqn", "failure_penalty",
-               "reward_cap", "action_policy", "mutation", "stall_state", "screen", "spread"},
-    "ga-dqn-random": {"pop_size", "elite_num", "reward", "max_knobs", "failure_penalty", "reward_cap", "mutation", "screen"},
+# keywords a shared config must not set, per tuner: a task's index range, a machine setting, and
+# for the ablation the agents' options (it has no agents, and its action policy is fixed)
+NOT_FROM_CONFIG = {
+    "random": {"range_idx"}, "gridsearch": {"range_idx"}, "xgb": {"num_threads"},
+    "ga-dqn-random": {"action_policy", "mode", "checkpoint", "dqn", "stall_state", "spread"},
 }
+
+
+# options each tuner accepts from a config (besides seed), read from its signature so that a new
+# keyword reaches the tuner without a second list to keep in step (one such list once dropped
+# GA-DQN's ``spread``)
+TUNER_OPTIONS = {name: set(inspect.signature(factory).parameters) - {"task", "seed"} - NOT_FROM_CONFIG.get(name, set())
+                 for name, factory in TUNERS.items()}
 
 
 def make_tuner(name: str, task: Any, seed: int | None = None, **options: Any) -> Any:
