@@ -2,6 +2,8 @@
 C1, MM512 and R3x3, each with the same trial budget and several seeds, all in one run.
 
     python benchmarks/compare_tuners.py --trials 200 --seeds 3 --out results/compare_tuners.json
+    python benchmarks/compare_tuners.py --ops c1,r3x3 --tuners ga-dqn,ga-dqn@restart3 \
+        --options '{"ga-dqn@restart3": {"restart_after": 3}}' --out results/restart.json
 
 Prints the median best GFLOPS, trials to 90% of the final best and the tuner overhead, then the
 geometric-mean ratios of GA-DQN over GA, XGB and its ablation.
@@ -25,7 +27,9 @@ from tools.plots import tuning_curves  # noqa: E402
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ops", default="c1,mm512,r3x3")
-    parser.add_argument("--tuners", default="random,ga,xgb,ga-dqn,ga-dqn-random,metaschedule")
+    parser.add_argument("--tuners", default="random,ga,xgb,ga-dqn,ga-dqn-random,metaschedule",
+                        help="tuner names; NAME@LABEL is NAME with the --options given for NAME@LABEL, "
+                             "to compare variants of one tuner (e.g. ga-dqn,ga-dqn@restart3)")
     parser.add_argument("--trials", type=int, default=200)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--options", default='{"ga": {"pop_size": 32}}',
@@ -53,7 +57,8 @@ def main() -> None:
                 if name == "metaschedule":
                     run = run_metaschedule(op, seed, args.trials, args.number, args.repeat, 0, args.n_parallel)
                 else:
-                    run = run_tuner(op, name, seed, args.trials, option, per_tuner.get(name, {}))
+                    run = run_tuner(op, name.split("@")[0], seed, args.trials, option, per_tuner.get(name, {}))
+                    run["tuner"] = name
                 runs.append(run)
                 print(f"{op:6} {name:14} seed {seed}: best {run['best_gflops']:7.2f} GFLOPS, "
                       f"{run['wall_seconds']:6.1f} s", flush=True)
@@ -69,6 +74,11 @@ def main() -> None:
         if ratio is not None:
             low, high = geomean_ratio_interval(runs, "ga-dqn", base)
             print(f"GA-DQN / {base}: geometric mean {ratio:.3f} (90% bootstrap interval over seeds {low:.3f}-{high:.3f})")
+    for name in (n for n in args.tuners.split(",") if "@" in n):  # each variant over its plain tuner
+        ratio = geomean_ratio(rows, name, name.split("@")[0])
+        if ratio is not None:
+            low, high = geomean_ratio_interval(runs, name, name.split("@")[0])
+            print(f"{name} / {name.split('@')[0]}: geometric mean {ratio:.3f} (90% interval {low:.3f}-{high:.3f})")
 
 
 if __name__ == "__main__":

@@ -295,3 +295,26 @@ def test_the_command_line_passes_every_gadqn_option():
     keywords = set(inspect.signature(GADQNTuner.__init__).parameters) - {"self", "task", "seed"}
     assert keywords <= TUNER_OPTIONS["ga-dqn"], keywords - TUNER_OPTIONS["ga-dqn"]
     assert make_tuner("ga-dqn", one_knob_dominates(), seed=0, spread=0.5).spread == 0.5
+
+
+@pytest.mark.parametrize("tuner_class", [GATuner, GADQNTuner])
+def test_restart_brings_random_newcomers_after_a_stall(tuner_class):
+    """With ``restart_after=2`` every third stalled generation is filled with unvisited random
+    configs (not bred: GA-DQN stores no transition for them); the budget stays exact and no
+    config is measured twice. Without it no generation restarts."""
+    flat = SyntheticTask((6, 6, 6, 6), lambda k: 1.0 + (k == [5, 5, 5, 5]))  # nothing to climb
+    tuner = run(tuner_class(flat, pop_size=6, screen=4, restart_after=2, seed=0), flat, 120)
+    assert len(tuner.history) == 120 and len({h["index"] for h in tuner.history}) == 120
+    assert len(tuner.restart_generations) >= 2
+    assert all(b - a >= 3 for a, b in zip(tuner.restart_generations, tuner.restart_generations[1:]))
+    if tuner_class is GADQNTuner:  # bred children only: two generations of 5 newcomers are missing
+        assert len(tuner.monitor) <= 120 - 6 - 2 * 5
+    plain = run(tuner_class(flat, pop_size=6, screen=4, seed=0), flat, 120)
+    assert plain.restart_generations == []
+
+
+def test_bad_restart_after_is_refused():
+    task = one_knob_dominates()
+    for value in (0, 1.5, "2", True):
+        with pytest.raises(ValueError, match="restart_after"):
+            GADQNTuner(task, restart_after=value)

@@ -13,6 +13,13 @@ a generation has been measured, an XGBoost ranking model is refit on every measu
 start of each generation, ``k`` distinct children are bred for each slot, and only the one the
 model ranks highest is measured. Measurements are the expensive part (about a second each, a
 build and a run), so breeding and ranking k candidates is cheap by comparison.
+
+``restart_after=s`` brings in fresh blood when the search is stuck: after ``s`` generations
+without a new best, one generation's bred slots are filled with unvisited random configs instead
+(each the model's pick of ``k`` random candidates when screening), then breeding resumes from the
+elites and the newcomers. With a population of 16 and 200 trials a GA has about 12 generations,
+and a population that converged early on a local optimum stays there for the rest of them (C1
+seed 0 in benchmarks/README.md: 26 GFLOPS from trial 20 to 200).
 """
 
 from __future__ import annotations
@@ -41,7 +48,7 @@ class PopulationTuner(Tuner):
     and ``on_generation``."""
 
     def __init__(self, task: Any, pop_size: int = 100, elite_num: int = 3, screen: int = 1,
-                 seed: int | None = None) -> None:
+                 restart_after: int | None = None, seed: int | None = None) -> None:
         super().__init__(task, seed=seed)
         if pop_size < 2:
             raise ValueError(f"pop_size must be >= 2, got {pop_size}")
@@ -49,7 +56,12 @@ class PopulationTuner(Tuner):
             raise ValueError(f"elite_num must be in [0, pop_size), got {elite_num}")
         if not isinstance(screen, (int, np.integer)) or screen < 1:
             raise ValueError(f"screen must be an integer >= 1 (1: no model screening), got {screen!r}")
+        if restart_after is not None and (isinstance(restart_after, bool) or not isinstance(restart_after, (int, np.integer))
+                                          or restart_after < 1):
+            raise ValueError(f"restart_after must be an integer >= 1 (generations without a new best) or None, "
+                             f"got {restart_after!r}")
         self.pop_size, self.elite_num, self.screen = pop_size, elite_num, int(screen)
+        self.restart_after = restart_after
         self.dims = self.space.dims
         self._reset_population()
 
@@ -62,6 +74,9 @@ class PopulationTuner(Tuner):
         self.by_index: dict[int, Member] = {}
         self.scores: dict[int, float] = {}
         self.screen_model: XGBCostModel | None = None
+        self.stalled_generations, self._best_at_generation = 0, 0.0
+        self.immigrating = False  # this generation's bred slots are random newcomers
+        self.restart_generations: list[int] = []  # the generations that brought newcomers
 
     def reset(self) -> None:
         super().reset()
@@ -96,9 +111,21 @@ class PopulationTuner(Tuner):
         self.population = [Member(list(m.knob), m.index, m.score) for m in elites]
         self.to_breed = self.pop_size - len(elites)
         self.generation += 1
+        self._track_stall()
         if self.screen > 1:
             self._fit_screen_model()
         self.on_generation()
+
+    def _track_stall(self) -> None:
+        """Count generations since the best improved; decide whether this one brings newcomers
+        (every ``restart_after + 1``-th stalled generation, so bred generations follow each)."""
+        improved = self.best_flops > self._best_at_generation
+        self.stalled_generations = 0 if improved else self.stalled_generations + 1
+        self._best_at_generation = self.best_flops  # never decreases
+        after = self.restart_after
+        self.immigrating = after is not None and self.stalled_generations % (after + 1) == after
+        if self.immigrating:
+            self.restart_generations.append(self.generation)
 
     def _fit_screen_model(self) -> None:
         """Refit the ranking model on every measurement so far (knob features)."""
@@ -135,6 +162,8 @@ class PopulationTuner(Tuner):
         if self.generation == 0 or len(self.parents) == 0 or self._unvisited_left(taken) <= self.pop_size:
             return self._random_member(taken)
         count = 1 if self.screen_model is None else self.screen
+        if self.immigrating:
+            return self._screened_random_member(taken, count)
         candidates: dict[int, Member] = {}
         for knob, info in self.breed_batch(self.parents, self.parent_probs, taken, count):
             member = self._repaired(knob, info, taken | candidates.keys())
@@ -142,11 +171,24 @@ class PopulationTuner(Tuner):
                 candidates[member.index] = member
         if not candidates:
             return self._random_member(taken)
-        members = list(candidates.values())
-        if len(members) == 1:
+        return self._model_pick(list(candidates.values()))
+
+    def _model_pick(self, members: list[Member]) -> Member:
+        """The member the screen model ranks highest (the only one, without a model)."""
+        if len(members) == 1 or self.screen_model is None:
             return members[0]
         predicted = self.screen_model.predict(self.space.feature_matrix(np.array([m.knob for m in members])))
         return members[int(np.argmax(predicted))]
+
+    def _screened_random_member(self, taken: set[int], count: int) -> Member:
+        """A newcomer: the model's pick of ``count`` distinct unvisited random configs."""
+        members: dict[int, Member] = {}
+        for _ in range(count):
+            member = self._random_member(taken | members.keys())
+            members[member.index] = member
+            if self._unvisited_left(taken | members.keys()) == 0:
+                break
+        return self._model_pick(list(members.values()))
 
     def breed_batch(self, parents: list[Member], probs: np.ndarray, taken: set[int],
                     count: int) -> list[tuple[list[int], Any]]:
