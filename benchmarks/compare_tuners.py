@@ -58,7 +58,7 @@ def main() -> None:
                     run = run_metaschedule(op, seed, args.trials, args.number, args.repeat, 0, args.n_parallel)
                 else:
                     run = run_tuner(op, name.split("@")[0], seed, args.trials, option, per_tuner.get(name, {}))
-                    run["tuner"] = name
+                run["tuner"] = name
                 runs.append(run)
                 print(f"{op:6} {name:14} seed {seed}: best {run['best_gflops']:7.2f} GFLOPS, "
                       f"{run['wall_seconds']:6.1f} s", flush=True)

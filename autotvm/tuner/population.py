@@ -19,7 +19,8 @@ without a new best, one generation's bred slots are filled with unvisited random
 (each the model's pick of ``k`` random candidates when screening), then breeding resumes from the
 elites and the newcomers. With a population of 16 and 200 trials a GA has about 12 generations,
 and a population that converged early on a local optimum stays there for the rest of them (C1
-seed 0 in benchmarks/README.md: 26 GFLOPS from trial 20 to 200).
+seed 0 in benchmarks/README.md: 26 GFLOPS from trial 20 to 200). Measured, restarts did not
+pay (NK landscapes and two real ops, benchmarks/README.md), so they are off by default.
 """
 
 from __future__ import annotations
