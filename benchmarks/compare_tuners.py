@@ -69,17 +69,13 @@ def main() -> None:
     plot = args.plot or os.path.splitext(args.out)[0] + ".png"
     tuning_curves(runs, plot, f"Best GFLOPS vs trials, {args.trials} trials, {args.seeds} seeds")
     print(f"wrote {args.out} and {plot}")
-    for base in ("ga", "xgb", "ga-dqn-random", "random", "metaschedule"):
-        ratio = geomean_ratio(rows, "ga-dqn", base)
+    pairs = [("ga-dqn", base) for base in ("ga", "xgb", "ga-dqn-random", "random", "metaschedule")]
+    pairs += [(name, name.split("@")[0]) for name in args.tuners.split(",") if "@" in name]  # variant / plain
+    for tuner, base in pairs:
+        ratio = geomean_ratio(rows, tuner, base)
         if ratio is not None:
-            low, high = geomean_ratio_interval(runs, "ga-dqn", base)
-            print(f"GA-DQN / {base}: geometric mean {ratio:.3f} (90% bootstrap interval over seeds {low:.3f}-{high:.3f})")
-    for name in (n for n in args.tuners.split(",") if "@" in n):  # each variant over its plain tuner
-        ratio = geomean_ratio(rows, name, name.split("@")[0])
-        if ratio is not None:
-            low, high = geomean_ratio_interval(runs, name, name.split("@")[0])
-            print(f"{name} / {name.split('@')[0]}: geometric mean {ratio:.3f} (90% interval {low:.3f}-{high:.3f})")
-
+            low, high = geomean_ratio_interval(runs, tuner, base)
+            print(f"{tuner} / {base}: geometric mean {ratio:.3f} (90% bootstrap interval over seeds {low:.3f}-{high:.3f})")
 
 if __name__ == "__main__":
     main()

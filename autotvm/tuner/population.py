@@ -76,7 +76,6 @@ class PopulationTuner(Tuner):
         self.scores: dict[int, float] = {}
         self.screen_model: XGBCostModel | None = None
         self.stalled_generations, self._best_at_generation = 0, 0.0
-        self.immigrating = False  # this generation's bred slots are random newcomers
         self.restart_generations: list[int] = []  # the generations that brought newcomers
 
     def reset(self) -> None:
@@ -124,9 +123,13 @@ class PopulationTuner(Tuner):
         self.stalled_generations = 0 if improved else self.stalled_generations + 1
         self._best_at_generation = self.best_flops  # never decreases
         after = self.restart_after
-        self.immigrating = after is not None and self.stalled_generations % (after + 1) == after
-        if self.immigrating:
+        if after is not None and self.stalled_generations % (after + 1) == after:
             self.restart_generations.append(self.generation)
+
+    @property
+    def immigrating(self) -> bool:
+        """Whether this generation's bred slots are random newcomers."""
+        return bool(self.restart_generations) and self.restart_generations[-1] == self.generation
 
     def _fit_screen_model(self) -> None:
         """Refit the ranking model on every measurement so far (knob features)."""
