@@ -32,6 +32,8 @@ def main() -> None:
                              "to compare variants of one tuner (e.g. ga-dqn,ga-dqn@restart3)")
     parser.add_argument("--trials", type=int, default=200)
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="seeds first-seed .. first-seed + seeds - 1 (fresh seeds to confirm a design chosen on others)")
     parser.add_argument("--options", default='{"ga": {"pop_size": 32}}',
                         help="JSON: per-tuner options (GA-DQN and its ablation use their default pop_size 16)")
     parser.add_argument("--number", type=int, default=3)
@@ -49,7 +51,7 @@ def main() -> None:
     if os.path.exists(args.out):  # resume: keep the runs already done
         runs = json.load(open(args.out))["runs"]
     done = {(r["op"], r["tuner"], r["seed"]) for r in runs}
-    for seed in range(args.seeds):
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
         for op in args.ops.split(","):
             for name in args.tuners.split(","):
                 if (op, name, seed) in done:

@@ -62,7 +62,8 @@ class GADQNTuner(PopulationTuner):
                  action_policy: str = "dqn", mutation: str = "mixed", mode: str = "train", checkpoint: str | None = None,
                  max_knobs: int | None = None, dqn: DQNConfig | dict | None = None, failure_penalty: float = 0.1,
                  reward_cap: float = 2.0, stall_state: bool = False, screen: int = 16, spread: float = 1.0,
-                 restart_after: int | None = None, seed: int | None = None) -> None:
+                 restart_after: int | None = None, immigrants: int | None = None, immigrant_pool: int = 512,
+                 seed: int | None = None) -> None:
         for name, value, allowed in (("reward", reward, REWARDS), ("action_policy", action_policy, POLICIES),
                                      ("mode", mode, MODES), ("mutation", mutation, MUTATIONS)):
             if value not in allowed:
@@ -70,7 +71,8 @@ class GADQNTuner(PopulationTuner):
         if mode != "train" and not checkpoint:
             raise ValueError(f"mode {mode!r} needs checkpoint=<path of a saved agent>")
         super().__init__(task, pop_size=pop_size, elite_num=elite_num, screen=screen, restart_after=restart_after,
-                         seed=seed)
+                         immigrants=self.default_immigrants(pop_size, elite_num, screen) if immigrants is None else immigrants,
+                         immigrant_pool=immigrant_pool, seed=seed)
         self.reward_name, self.action_policy, self.mode = reward, action_policy, mode
         self.moves = ("local", "redraw") if mutation == "mixed" else (mutation,)
         self.failure_penalty, self.reward_cap = failure_penalty, reward_cap
@@ -97,6 +99,12 @@ class GADQNTuner(PopulationTuner):
                                            None if agent_seed is None else agent_seed + 1)
         if self.n_knobs > self.max_knobs:
             raise ValueError(f"the task has {self.n_knobs} knobs but the agent handles at most {self.max_knobs}")
+
+    @staticmethod
+    def default_immigrants(pop_size: int, elite_num: int, screen: int) -> int:
+        """Two model-picked immigrants a generation when screening (none without a model), and
+        always at least one bred child."""
+        return 0 if screen == 1 else max(0, min(2, pop_size - elite_num - 1))
 
     # -- states and masks
     def _genes(self, knobs: np.ndarray | list) -> np.ndarray:

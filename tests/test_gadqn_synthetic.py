@@ -188,7 +188,7 @@ def test_stall_state_option():
     ``stall_state`` the mutation agent's state ends with the better parent's fitness and the
     stall (saturating at 1), without it the state is the genes alone."""
     flat = SyntheticTask((6, 6, 6), lambda k: 1.0 + (k == [5, 5, 5]))  # one config better, the rest equal
-    tuner = run(GADQNTuner(flat, pop_size=6, seed=0, stall_state=True), flat, 60)
+    tuner = run(GADQNTuner(flat, pop_size=6, seed=0, stall_state=True, immigrants=0), flat, 60)
     stalls = [row["stalled_generations"] for row in tuner.monitor]
     assert max(stalls) >= 2 and all(b in (a, a + 1, 0) for a, b in zip(stalls, stalls[1:]))
     state = tuner.mutation_state([0, 0, 0], 0.5, 10)
@@ -318,3 +318,29 @@ def test_bad_restart_after_is_refused():
     for value in (0, 1.5, "2", True):
         with pytest.raises(ValueError, match="restart_after"):
             GADQNTuner(task, restart_after=value)
+
+
+@pytest.mark.parametrize("tuner_class", [GATuner, GADQNTuner])
+def test_immigrants_are_the_models_picks_of_random_configs(tuner_class):
+    """With ``immigrants=2`` every generation after the first gives two slots to the screen
+    model's favourite of many random configs: not bred (GA-DQN stores no transition for them),
+    far better than plain random configs on a smooth objective, budget exact, no repeats."""
+    smooth = SyntheticTask((8, 8, 8, 8), lambda k: 1.0 + sum(k))
+    tuner = run(tuner_class(smooth, pop_size=8, elite_num=2, screen=4, immigrants=2, seed=0), smooth, 96)
+    assert len(tuner.history) == 96 and len({h["index"] for h in tuner.history}) == 96
+    generations_after_first = (96 - 8 + 5) // 6  # 6 new members per generation, the last one partial
+    assert len(tuner.immigrant_indices) == 2 * generations_after_first
+    first_generation = [h["index"] for h in tuner.history[:8]]
+    mean = lambda indices: np.mean([smooth.objective(smooth.config_space.point2knob(i)) for i in indices])
+    assert mean(tuner.immigrant_indices) > mean(first_generation) + 5
+    if tuner_class is GADQNTuner:
+        assert len(tuner.monitor) == 96 - 8 - len(tuner.immigrant_indices)
+    assert run(tuner_class(smooth, pop_size=8, screen=4, immigrants=0, seed=0), smooth, 96).immigrant_indices == []
+
+
+def test_bad_immigrants_are_refused():
+    task = one_knob_dominates()
+    for options in ({"immigrants": -1}, {"immigrants": 1.5}, {"immigrants": True}, {"immigrant_pool": 0},
+                    {"pop_size": 8, "elite_num": 3, "immigrants": 5}, {"screen": 1, "immigrants": 2}):
+        with pytest.raises(ValueError, match="immigrant"):
+            GADQNTuner(task, **options)

@@ -21,6 +21,13 @@ elites and the newcomers. With a population of 16 and 200 trials a GA has about 
 and a population that converged early on a local optimum stays there for the rest of them (C1
 seed 0 in benchmarks/README.md: 26 GFLOPS from trial 20 to 200). Measured, restarts did not
 pay (NK landscapes and two real ops, benchmarks/README.md), so they are off by default.
+
+``immigrants=m`` keeps a global search going beside the breeding: in every generation after the
+first, ``m`` slots go to the screen model's favourite among ``immigrant_pool`` unvisited random
+configs (so it needs ``screen > 1``). Breeding only searches near the parents, and a
+population of 16 screened by a model that favours children near the best converges within a few
+generations; when that basin is poor the run stays there (R3x3 seeds 2 and 4 in
+benchmarks/README.md), while the XGB tuner, whose model searches the whole space, does not.
 """
 
 from __future__ import annotations
@@ -49,7 +56,8 @@ class PopulationTuner(Tuner):
     and ``on_generation``."""
 
     def __init__(self, task: Any, pop_size: int = 100, elite_num: int = 3, screen: int = 1,
-                 restart_after: int | None = None, seed: int | None = None) -> None:
+                 restart_after: int | None = None, immigrants: int = 0, immigrant_pool: int = 512,
+                 seed: int | None = None) -> None:
         super().__init__(task, seed=seed)
         if pop_size < 2:
             raise ValueError(f"pop_size must be >= 2, got {pop_size}")
@@ -61,8 +69,18 @@ class PopulationTuner(Tuner):
                                           or restart_after < 1):
             raise ValueError(f"restart_after must be an integer >= 1 (generations without a new best) or None, "
                              f"got {restart_after!r}")
+        for name, value, low in (("immigrants", immigrants, 0), ("immigrant_pool", immigrant_pool, 1)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        if immigrants and screen == 1:
+            raise ValueError(f"immigrants are the screen model's picks: they need screen > 1, got immigrants={immigrants} "
+                             f"with screen=1")
+        if immigrants > pop_size - elite_num - 1:
+            raise ValueError(f"immigrants must leave at least one bred slot: at most pop_size - elite_num - 1 = "
+                             f"{pop_size - elite_num - 1}, got {immigrants}")
         self.pop_size, self.elite_num, self.screen = pop_size, elite_num, int(screen)
         self.restart_after = restart_after
+        self.immigrants, self.immigrant_pool = int(immigrants), int(immigrant_pool)
         self.dims = self.space.dims
         self._reset_population()
 
@@ -77,6 +95,8 @@ class PopulationTuner(Tuner):
         self.screen_model: XGBCostModel | None = None
         self.stalled_generations, self._best_at_generation = 0, 0.0
         self.restart_generations: list[int] = []  # the generations that brought newcomers
+        self.immigrants_left = 0  # model-picked random slots still to fill in this generation
+        self.immigrant_indices: list[int] = []  # every config proposed as an immigrant
 
     def reset(self) -> None:
         super().reset()
@@ -110,6 +130,7 @@ class PopulationTuner(Tuner):
         self.parent_probs = scores / scores.sum()
         self.population = [Member(list(m.knob), m.index, m.score) for m in elites]
         self.to_breed = self.pop_size - len(elites)
+        self.immigrants_left = min(self.immigrants, self.to_breed - 1)
         self.generation += 1
         self._track_stall()
         if self.screen > 1:
@@ -168,6 +189,11 @@ class PopulationTuner(Tuner):
         count = 1 if self.screen_model is None else self.screen
         if self.immigrating:
             return self._screened_random_member(taken, count)
+        if self.immigrants_left > 0:
+            self.immigrants_left -= 1
+            member = self._screened_random_member(taken, self.immigrant_pool)
+            self.immigrant_indices.append(member.index)
+            return member
         candidates: dict[int, Member] = {}
         for knob, info in self.breed_batch(self.parents, self.parent_probs, taken, count):
             member = self._repaired(knob, info, taken | candidates.keys())
@@ -185,14 +211,18 @@ class PopulationTuner(Tuner):
         return members[int(np.argmax(predicted))]
 
     def _screened_random_member(self, taken: set[int], count: int) -> Member:
-        """A newcomer: the model's pick of ``count`` distinct unvisited random configs."""
-        members: dict[int, Member] = {}
-        for _ in range(count):
-            member = self._random_member(taken | members.keys())
-            members[member.index] = member
-            if self._unvisited_left(taken | members.keys()) == 0:
-                break
-        return self._model_pick(list(members.values()))
+        """A newcomer: the model's pick of up to ``count`` distinct unvisited random configs (one
+        random config when there is no model to pick with)."""
+        if self.screen_model is None or count == 1:
+            return self._random_member(taken)
+        if self._unvisited_left(taken) <= count and self.space.range_length < 10**7:
+            points = [i for i in range(self.space.range_length) if i not in taken]
+        else:  # drawn together: a pool of 512 one at a time cost 18 ms, a visible share of C1's tuning
+            rows = self.rng.integers(0, self.dims, size=(count, len(self.dims)))
+            points = list(dict.fromkeys(p for p in map(self.space.knob2point, rows.tolist()) if p not in taken))
+            if not points:
+                return self._random_member(taken)
+        return self._model_pick([Member(self.space.point2knob(p), p) for p in points])
 
     def breed_batch(self, parents: list[Member], probs: np.ndarray, taken: set[int],
                     count: int) -> list[tuple[list[int], Any]]:
