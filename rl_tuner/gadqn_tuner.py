@@ -32,6 +32,13 @@
   with spread (4 seeds, one run), 1.004 and 0.968 without (4 and 8 seeds, other runs).
 - ``restart_after`` (off by default): random newcomers after that many generations without a new
   best (see ``PopulationTuner``); they are not the agents' choices, so no transition is stored.
+- ``immigrants`` (default 2 when screening, at most ``pop_size - elite_num - 1``): two slots of
+  every generation after the first go to the screen model's pick of ``immigrant_pool`` (512)
+  random unvisited configs (see ``PopulationTuner``), a global search beside the agents' local
+  one. Measured (benchmarks/README.md): without them a population of 16 sometimes converged on
+  a poor basin and stayed (C1 26 GFLOPS where other tuners reach 45; R3x3 54 and 63 where they
+  reach 80); with them the worst of five seeds rose to 47 / 80 / 81 on C1 / MM512 / R3x3. The
+  immigrants are not the agents' choices, so no transition is stored for them.
 
 States and actions are padded to ``max_knobs`` (invalid actions masked), so a saved agent can
 start on another task with a different knob count.
