@@ -42,6 +42,12 @@ from .cost_model import XGBCostModel
 from .tuner import Tuner
 
 
+def _check_count(name: str, value: Any, low: int, meaning: str = "") -> None:
+    """Refuse anything but an integer >= ``low`` (``True`` is not a count) in one line."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}{meaning}, got {value!r}")
+
+
 @dataclass
 class Member:
     knob: list[int]
@@ -65,13 +71,10 @@ class PopulationTuner(Tuner):
             raise ValueError(f"elite_num must be in [0, pop_size), got {elite_num}")
         if not isinstance(screen, (int, np.integer)) or screen < 1:
             raise ValueError(f"screen must be an integer >= 1 (1: no model screening), got {screen!r}")
-        if restart_after is not None and (isinstance(restart_after, bool) or not isinstance(restart_after, (int, np.integer))
-                                          or restart_after < 1):
-            raise ValueError(f"restart_after must be an integer >= 1 (generations without a new best) or None, "
-                             f"got {restart_after!r}")
-        for name, value, low in (("immigrants", immigrants, 0), ("immigrant_pool", immigrant_pool, 1)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        if restart_after is not None:
+            _check_count("restart_after", restart_after, 1, " (generations without a new best) or None")
+        _check_count("immigrants", immigrants, 0)
+        _check_count("immigrant_pool", immigrant_pool, 1)
         if immigrants and screen == 1:
             raise ValueError(f"immigrants are the screen model's picks: they need screen > 1, got immigrants={immigrants} "
                              f"with screen=1")
