@@ -19,8 +19,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import autotvm  # noqa: E402
-from tools.compare import (format_table, geomean_ratio, geomean_ratio_interval, run_metaschedule,  # noqa: E402
-                           run_tuner, summarise)
+from tools.compare import format_table, ratio_lines, run_metaschedule, run_tuner, summarise  # noqa: E402
 from tools.plots import tuning_curves  # noqa: E402
 
 
@@ -73,11 +72,7 @@ def main() -> None:
     print(f"wrote {args.out} and {plot}")
     pairs = [("ga-dqn", base) for base in ("ga", "xgb", "ga-dqn-random", "random", "metaschedule")]
     pairs += [(name, name.split("@")[0]) for name in args.tuners.split(",") if "@" in name]  # variant / plain
-    for tuner, base in pairs:
-        ratio = geomean_ratio(rows, tuner, base)
-        if ratio is not None:
-            low, high = geomean_ratio_interval(runs, tuner, base)
-            print(f"{tuner} / {base}: geometric mean {ratio:.3f} (90% bootstrap interval over seeds {low:.3f}-{high:.3f})")
+    print("\n".join(ratio_lines(rows, runs, pairs)))
 
 if __name__ == "__main__":
     main()

@@ -41,6 +41,10 @@
   on four fresh seeds the medians were 1.017 of those without (within the noise; MM512, where
   breeding climbs well, lost a little). The immigrants are not the agents' choices, so no
   transition is stored for them.
+- ``screen_scope`` ("slot", default): "generation" ranks one pool of ``screen`` children per slot
+  at the start of each generation and measures its top (see ``PopulationTuner``). Measured on
+  the real ops (benchmarks/README.md), 0.966 of "slot" on three fresh seeds, with more stalled
+  R3x3 runs; kept as an option for comparing the two ways of screening.
 
 States and actions are padded to ``max_knobs`` (invalid actions masked), so a saved agent can
 start on another task with a different knob count.
@@ -72,7 +76,7 @@ class GADQNTuner(PopulationTuner):
                  max_knobs: int | None = None, dqn: DQNConfig | dict | None = None, failure_penalty: float = 0.1,
                  reward_cap: float = 2.0, stall_state: bool = False, screen: int = 16, spread: float = 1.0,
                  restart_after: int | None = None, immigrants: int | None = None, immigrant_pool: int = 512,
-                 seed: int | None = None) -> None:
+                 screen_scope: str = "slot", seed: int | None = None) -> None:
         for name, value, allowed in (("reward", reward, REWARDS), ("action_policy", action_policy, POLICIES),
                                      ("mode", mode, MODES), ("mutation", mutation, MUTATIONS)):
             if value not in allowed:
@@ -81,7 +85,7 @@ class GADQNTuner(PopulationTuner):
             raise ValueError(f"mode {mode!r} needs checkpoint=<path of a saved agent>")
         super().__init__(task, pop_size=pop_size, elite_num=elite_num, screen=screen, restart_after=restart_after,
                          immigrants=self.default_immigrants(pop_size, elite_num, screen) if immigrants is None else immigrants,
-                         immigrant_pool=immigrant_pool, seed=seed)
+                         immigrant_pool=immigrant_pool, screen_scope=screen_scope, seed=seed)
         self.reward_name, self.action_policy, self.mode = reward, action_policy, mode
         self.moves = ("local", "redraw") if mutation == "mixed" else (mutation,)
         self.failure_penalty, self.reward_cap = failure_penalty, reward_cap

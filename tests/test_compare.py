@@ -26,3 +26,21 @@ def test_interval_holds_the_estimate_and_narrows_with_more_seeds():
     low_many, high_many = geomean_ratio_interval(many, "a", "b")
     assert high_many - low_many < high - low
     assert geomean_ratio_interval(few, "a", "missing") is None
+
+
+def test_pooled_runs_rename_filter_and_let_later_files_win(tmp_path):
+    """``benchmarks/pool_runs.py`` adds result files together: a variant can count as another
+    tuner, other tuners are left out, and a run repeated in a later file replaces the earlier."""
+    import json
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+    from pool_runs import pooled_runs
+
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    first.write_text(json.dumps({"runs": _runs("ga-dqn", "x", [10, 11]) + _runs("xgb", "x", [5])}))
+    second.write_text(json.dumps({"runs": _runs("ga-dqn@imm2", "x", [20]) + _runs("ga", "x", [7])}))
+    runs = pooled_runs([str(first), str(second)], {"ga-dqn@imm2": "ga-dqn"}, {"ga-dqn", "ga"})
+    bests = sorted((r["tuner"], r["seed"], r["best_gflops"]) for r in runs)
+    assert bests == [("ga", 0, 7), ("ga-dqn", 0, 20), ("ga-dqn", 1, 11)]

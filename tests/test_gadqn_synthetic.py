@@ -344,3 +344,41 @@ def test_bad_immigrants_are_refused():
                     {"pop_size": 8, "elite_num": 3, "immigrants": 5}, {"screen": 1, "immigrants": 2}):
         with pytest.raises(ValueError, match="immigrant"):
             GADQNTuner(task, **options)
+
+
+@pytest.mark.parametrize("tuner_class", [GATuner, GADQNTuner])
+def test_generation_screen_measures_the_top_of_one_ranked_pool(tuner_class):
+    """``screen_scope="generation"`` breeds ``screen`` children per bred slot in one pool at the
+    start of a generation and measures them best first by the model: one pool per generation,
+    predictions non-increasing within it, budget exact, no repeats."""
+    smooth = SyntheticTask((8, 8, 8, 8), lambda k: 1.0 + sum(k))
+    pools, picks = [], []
+
+    class Spy(tuner_class):
+        def breed_batch(self, parents, probs, taken, count):
+            pools.append((self.generation, count))
+            return super().breed_batch(parents, probs, taken, count)
+
+        def _generation_pick(self, taken):
+            member = super()._generation_pick(taken)
+            predicted = self.screen_model.predict(self.space.feature_matrix(np.array([member.knob])))[0]
+            picks.append((self.generation, float(predicted)))
+            return member
+
+    tuner = run(Spy(smooth, pop_size=8, elite_num=2, screen=4, immigrants=0, screen_scope="generation", seed=0),
+                smooth, 96)
+    assert len(tuner.history) == 96 and len({h["index"] for h in tuner.history}) == 96
+    generations = sorted({g for g, _ in picks})
+    assert [g for g, _ in pools] == generations and all(count == 4 * 6 for _, count in pools)
+    for generation in generations:
+        predicted = [p for g, p in picks if g == generation]
+        assert predicted == sorted(predicted, reverse=True)
+    first = [h["index"] for h in tuner.history[:8]]
+    later = [h["index"] for h in tuner.history[-24:]]
+    value = lambda indices: np.mean([smooth.objective(smooth.config_space.point2knob(i)) for i in indices])
+    assert value(later) > value(first) + 5
+
+
+def test_unknown_screen_scope_is_refused():
+    with pytest.raises(ValueError, match="screen_scope 'batch'; allowed: slot, generation"):
+        GADQNTuner(one_knob_dominates(), screen_scope="batch")

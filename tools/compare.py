@@ -141,6 +141,19 @@ def geomean_ratio_interval(runs: Iterable[dict], tuner: str, baseline: str, leve
     return float(low), float(high)
 
 
+def ratio_lines(rows: list[dict], runs: list[dict], pairs: Iterable[tuple[str, str]]) -> list[str]:
+    """One line per (tuner, baseline) pair present in ``rows``: the geometric-mean ratio of the
+    medians and its 90% bootstrap interval over seeds."""
+    lines = []
+    for tuner, base in pairs:
+        ratio = geomean_ratio(rows, tuner, base)
+        if ratio is not None:
+            low, high = geomean_ratio_interval(runs, tuner, base)
+            lines.append(f"{tuner} / {base}: geometric mean {ratio:.3f} (90% bootstrap interval over seeds "
+                         f"{low:.3f}-{high:.3f})")
+    return lines
+
+
 def format_table(rows: list[dict]) -> str:
     head = f"{'op':8} {'tuner':14} {'seeds':>5} {'best GFLOPS':>12} {'trials->90%':>12} {'overhead':>9} {'wall s':>8}"
     lines = [head, "-" * len(head)]

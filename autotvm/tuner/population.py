@@ -28,6 +28,13 @@ configs (so it needs ``screen > 1``). Breeding only searches near the parents, a
 population of 16 screened by a model that favours children near the best converges within a few
 generations; when that basin is poor the run stays there (R3x3 seeds 2 and 4 in
 benchmarks/README.md), while the XGB tuner, whose model searches the whole space, does not.
+
+``screen_scope="generation"`` ranks one pool per generation instead of one per slot: at the
+first bred slot of a generation, ``screen`` children for every slot left are bred together and
+measured best first by the model, as MetaSchedule measures the top of a model-ranked population.
+It is greedier (the top of the whole pool, not the best of each slot's 16) and cheaper (one
+forward pass and one prediction a generation). Measured, it was no better than per-slot
+screening on the real ops and stalled more (benchmarks/README.md), so "slot" is the default.
 """
 
 from __future__ import annotations
@@ -40,6 +47,8 @@ import numpy as np
 from ..measure.measure import MeasureInput, MeasureResult
 from .cost_model import XGBCostModel
 from .tuner import Tuner
+
+SCREEN_SCOPES = ("slot", "generation")
 
 
 def _check_count(name: str, value: Any, low: int, meaning: str = "") -> None:
@@ -63,8 +72,10 @@ class PopulationTuner(Tuner):
 
     def __init__(self, task: Any, pop_size: int = 100, elite_num: int = 3, screen: int = 1,
                  restart_after: int | None = None, immigrants: int = 0, immigrant_pool: int = 512,
-                 seed: int | None = None) -> None:
+                 screen_scope: str = "slot", seed: int | None = None) -> None:
         super().__init__(task, seed=seed)
+        if screen_scope not in SCREEN_SCOPES:
+            raise ValueError(f"unknown screen_scope {screen_scope!r}; allowed: {', '.join(SCREEN_SCOPES)}")
         if pop_size < 2:
             raise ValueError(f"pop_size must be >= 2, got {pop_size}")
         if not 0 <= elite_num < pop_size:
@@ -84,6 +95,7 @@ class PopulationTuner(Tuner):
         self.pop_size, self.elite_num, self.screen = pop_size, elite_num, int(screen)
         self.restart_after = restart_after
         self.immigrants, self.immigrant_pool = int(immigrants), int(immigrant_pool)
+        self.screen_scope = screen_scope
         self.dims = self.space.dims
         self._reset_population()
 
@@ -100,6 +112,7 @@ class PopulationTuner(Tuner):
         self.restart_generations: list[int] = []  # the generations that brought newcomers
         self.immigrants_left = 0  # model-picked random slots still to fill in this generation
         self.immigrant_indices: list[int] = []  # every config proposed as an immigrant
+        self.ranked_children: list[Member] = []  # screen_scope="generation": this generation's, best last
 
     def reset(self) -> None:
         super().reset()
@@ -135,6 +148,7 @@ class PopulationTuner(Tuner):
         self.to_breed = self.pop_size - len(elites)
         self.immigrants_left = min(self.immigrants, self.to_breed - 1)
         self.generation += 1
+        self.ranked_children = []
         self._track_stall()
         if self.screen > 1:
             self._fit_screen_model()
@@ -197,14 +211,32 @@ class PopulationTuner(Tuner):
             member = self._screened_random_member(taken, self.immigrant_pool)
             self.immigrant_indices.append(member.index)
             return member
+        if self.screen_scope == "generation" and self.screen_model is not None:
+            return self._generation_pick(taken)
+        candidates = self._bred_candidates(taken, count)
+        return self._model_pick(candidates) if candidates else self._random_member(taken)
+
+    def _bred_candidates(self, taken: set[int], count: int) -> list[Member]:
+        """Up to ``count`` distinct unvisited children, bred together and repaired."""
         candidates: dict[int, Member] = {}
         for knob, info in self.breed_batch(self.parents, self.parent_probs, taken, count):
             member = self._repaired(knob, info, taken | candidates.keys())
             if member is not None:
                 candidates[member.index] = member
-        if not candidates:
-            return self._random_member(taken)
-        return self._model_pick(list(candidates.values()))
+        return list(candidates.values())
+
+    def _generation_pick(self, taken: set[int]) -> Member:
+        """The next of the generation's children in the model's order: at the first bred slot,
+        ``screen`` children per slot left are bred together and ranked once."""
+        while self.ranked_children and self.ranked_children[-1].index in taken:
+            self.ranked_children.pop()
+        if not self.ranked_children:
+            members = self._bred_candidates(taken, self.screen * self.to_breed)
+            if not members:
+                return self._random_member(taken)
+            predicted = self.screen_model.predict(self.space.feature_matrix(np.array([m.knob for m in members])))
+            self.ranked_children = [members[i] for i in np.argsort(predicted, kind="stable")]
+        return self.ranked_children.pop()
 
     def _model_pick(self, members: list[Member]) -> Member:
         """The member the screen model ranks highest (the only one, without a model)."""

@@ -1,0 +1,60 @@
+"""Pool the runs of several ``compare_tuners.py`` result files and compare the tuners over them.
+
+Runs taken on different days are less comparable than one run (the machine is shared), so a
+pooled figure is a second look, not a headline; what it adds is seeds. A run of the same
+(op, tuner, seed) in a later file replaces the earlier one.
+
+    python benchmarks/pool_runs.py benchmarks/results/compare_tuners_spread_seeds0-4.json \
+        benchmarks/results/compare_tuners_immigrants_screen.json --rename ga-dqn@imm2=ga-dqn \
+        --tuners ga,xgb,ga-dqn
+
+Prints the pooled median best GFLOPS per op and tuner, and GA-DQN's geometric-mean ratio over
+each other tuner with its 90% bootstrap interval over seeds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from tools.compare import format_table, ratio_lines, summarise  # noqa: E402
+
+
+def pooled_runs(paths: list[str], rename: dict[str, str], tuners: set[str] | None) -> list[dict]:
+    """Every run of the files, tuners renamed, later files winning on the same (op, tuner, seed)."""
+    by_key: dict[tuple, dict] = {}
+    for path in paths:
+        for run in json.load(open(path))["runs"]:
+            run = dict(run, tuner=rename.get(run["tuner"], run["tuner"]))
+            if tuners is None or run["tuner"] in tuners:
+                by_key[(run["op"], run["tuner"], run["seed"])] = run
+    return list(by_key.values())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("files", nargs="+", help="result files of compare_tuners.py")
+    parser.add_argument("--rename", default="", help="old=new[,old=new...]: count a variant's runs as another tuner's")
+    parser.add_argument("--tuners", default=None, help="keep only these tuners (comma-separated)")
+    parser.add_argument("--reference", default="ga-dqn", help="the tuner whose ratios over the others are printed")
+    args = parser.parse_args()
+    try:
+        rename = dict(pair.split("=", 1) for pair in args.rename.split(",") if pair)
+    except ValueError:
+        sys.exit(f"--rename takes old=new pairs separated by commas, got {args.rename!r}")
+    for path in args.files:
+        if not os.path.isfile(path):
+            sys.exit(f"no result file {path!r}; pass files written by compare_tuners.py --out")
+    runs = pooled_runs(args.files, rename, set(args.tuners.split(",")) if args.tuners else None)
+    rows = summarise(runs)
+    print(format_table(rows))
+    print("\n".join(ratio_lines(rows, runs, [(args.reference, base) for base in
+                                               sorted({r["tuner"] for r in runs} - {args.reference})])))
+
+
+if __name__ == "__main__":
+    main()
