@@ -8,8 +8,9 @@ pooled figure is a second look, not a headline; what it adds is seeds. A run of 
         benchmarks/results/compare_tuners_immigrants_screen.json --rename ga-dqn@imm2=ga-dqn \
         --tuners ga,xgb,ga-dqn
 
-Prints the pooled median best GFLOPS per op and tuner, and GA-DQN's geometric-mean ratio over
-each other tuner with its 90% bootstrap interval over seeds.
+Prints the pooled median best GFLOPS per op and tuner, and the reference tuner's (``--reference``,
+GA-DQN by default) geometric-mean ratio over each other tuner with its 90% bootstrap interval
+over seeds.
 """
 
 from __future__ import annotations
@@ -49,7 +50,10 @@ def main() -> None:
     for path in args.files:
         if not os.path.isfile(path):
             sys.exit(f"no result file {path!r}; pass files written by compare_tuners.py --out")
-    runs = pooled_runs(args.files, rename, set(args.tuners.split(",")) if args.tuners else None)
+    try:
+        runs = pooled_runs(args.files, rename, set(args.tuners.split(",")) if args.tuners else None)
+    except (ValueError, KeyError, TypeError) as err:
+        sys.exit(f"not a compare_tuners.py result file (a JSON object with a list of runs): {err}")
     rows = summarise(runs)
     print(format_table(rows))
     print("\n".join(ratio_lines(rows, runs, [(args.reference, base) for base in
