@@ -320,6 +320,11 @@ def test_bad_restart_after_is_refused():
             GADQNTuner(task, restart_after=value)
 
 
+def _mean_objective(task, indices):
+    """The synthetic objective's mean over the configs at ``indices``."""
+    return np.mean([task.objective(task.config_space.point2knob(i)) for i in indices])
+
+
 @pytest.mark.parametrize("tuner_class", [GATuner, GADQNTuner])
 def test_immigrants_are_the_models_picks_of_random_configs(tuner_class):
     """With ``immigrants=2`` every generation after the first gives two slots to the screen
@@ -331,8 +336,7 @@ def test_immigrants_are_the_models_picks_of_random_configs(tuner_class):
     generations_after_first = (96 - 8 + 5) // 6  # 6 new members per generation, the last one partial
     assert len(tuner.immigrant_indices) == 2 * generations_after_first
     first_generation = [h["index"] for h in tuner.history[:8]]
-    mean = lambda indices: np.mean([smooth.objective(smooth.config_space.point2knob(i)) for i in indices])
-    assert mean(tuner.immigrant_indices) > mean(first_generation) + 5
+    assert _mean_objective(smooth, tuner.immigrant_indices) > _mean_objective(smooth, first_generation) + 5
     if tuner_class is GADQNTuner:
         assert len(tuner.monitor) == 96 - 8 - len(tuner.immigrant_indices)
     assert run(tuner_class(smooth, pop_size=8, screen=4, immigrants=0, seed=0), smooth, 96).immigrant_indices == []
@@ -361,8 +365,7 @@ def test_generation_screen_measures_the_top_of_one_ranked_pool(tuner_class):
 
         def _generation_pick(self, taken):
             member = super()._generation_pick(taken)
-            predicted = self.screen_model.predict(self.space.feature_matrix(np.array([member.knob])))[0]
-            picks.append((self.generation, float(predicted)))
+            picks.append((self.generation, float(self._predicted([member])[0])))
             return member
 
     tuner = run(Spy(smooth, pop_size=8, elite_num=2, screen=4, immigrants=0, screen_scope="generation", seed=0),
@@ -375,8 +378,7 @@ def test_generation_screen_measures_the_top_of_one_ranked_pool(tuner_class):
         assert predicted == sorted(predicted, reverse=True)
     first = [h["index"] for h in tuner.history[:8]]
     later = [h["index"] for h in tuner.history[-24:]]
-    value = lambda indices: np.mean([smooth.objective(smooth.config_space.point2knob(i)) for i in indices])
-    assert value(later) > value(first) + 5
+    assert _mean_objective(smooth, later) > _mean_objective(smooth, first) + 5
 
 
 def test_unknown_screen_scope_is_refused():

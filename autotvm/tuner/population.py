@@ -234,16 +234,18 @@ class PopulationTuner(Tuner):
             members = self._bred_candidates(taken, self.screen * self.to_breed)
             if not members:
                 return self._random_member(taken)
-            predicted = self.screen_model.predict(self.space.feature_matrix(np.array([m.knob for m in members])))
-            self.ranked_children = [members[i] for i in np.argsort(predicted, kind="stable")]
+            self.ranked_children = [members[i] for i in np.argsort(self._predicted(members), kind="stable")]
         return self.ranked_children.pop()
 
     def _model_pick(self, members: list[Member]) -> Member:
         """The member the screen model ranks highest (the only one, without a model)."""
         if len(members) == 1 or self.screen_model is None:
             return members[0]
-        predicted = self.screen_model.predict(self.space.feature_matrix(np.array([m.knob for m in members])))
-        return members[int(np.argmax(predicted))]
+        return members[int(np.argmax(self._predicted(members)))]
+
+    def _predicted(self, members: list[Member]) -> np.ndarray:
+        """The screen model's scores of the members' configs (higher: predicted faster)."""
+        return self.screen_model.predict(self.space.feature_matrix(np.array([m.knob for m in members])))
 
     def _screened_random_member(self, taken: set[int], count: int) -> Member:
         """A newcomer: the model's pick of up to ``count`` distinct unvisited random configs (one
