@@ -19,7 +19,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import autotvm  # noqa: E402
-from tools.compare import format_table, ratio_lines, run_metaschedule, run_tuner, summarise  # noqa: E402
+from tools.compare import (format_table, machine_description, machine_label, ratio_lines, run_metaschedule,  # noqa: E402
+                           run_tuner, summarise)  # noqa: E402
 from tools.plots import tuning_curves  # noqa: E402
 
 
@@ -46,9 +47,13 @@ def main() -> None:
     runner = autotvm.LocalRunner(number=args.number, repeat=args.repeat, timeout=10)
     option = autotvm.measure_option(builder, runner)
     per_tuner = json.loads(args.options)
-    runs = []
-    if os.path.exists(args.out):  # resume: keep the runs already done
-        runs = json.load(open(args.out))["runs"]
+    runs, machine = [], machine_description()
+    if os.path.exists(args.out):  # resume: keep the runs already done, if they were timed on this machine
+        earlier = json.load(open(args.out))
+        if earlier.get("runs") and machine_label(earlier.get("machine")) != machine_label(machine):
+            sys.exit(f"{args.out} holds runs timed on another machine ({machine_label(earlier.get('machine'))}; "
+                     f"this one: {machine_label(machine)}); pass a new --out")
+        runs = earlier["runs"]
     done = {(r["op"], r["tuner"], r["seed"]) for r in runs}
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         for op in args.ops.split(","):
@@ -64,7 +69,7 @@ def main() -> None:
                 print(f"{op:6} {name:14} seed {seed}: best {run['best_gflops']:7.2f} GFLOPS, "
                       f"{run['wall_seconds']:6.1f} s", flush=True)
                 os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-                json.dump({"args": vars(args), "runs": runs}, open(args.out, "w"))
+                json.dump({"args": vars(args), "machine": machine, "runs": runs}, open(args.out, "w"))
     rows = summarise(runs)
     print(format_table(rows))
     plot = args.plot or os.path.splitext(args.out)[0] + ".png"

@@ -2,7 +2,9 @@
 
 Runs taken on different days are less comparable than one run (the machine is shared), so a
 pooled figure is a second look, not a headline; what it adds is seeds. A run of the same
-(op, tuner, seed) in a later file replaces the earlier one.
+(op, tuner, seed) in a later file replaces the earlier one. Files timed on different CPUs are
+refused (GFLOPS differ by several times between them); files written before the machine was
+recorded count as one "unrecorded" machine (sessions 1-10: 2 Zen 3 cores, AVX2).
 
     python benchmarks/pool_runs.py benchmarks/results/compare_tuners_spread_seeds0-4.json \
         benchmarks/results/compare_tuners_immigrants_screen.json --rename ga-dqn@imm2=ga-dqn \
@@ -22,14 +24,20 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tools.compare import format_table, ratio_lines, summarise  # noqa: E402
+from tools.compare import format_table, machine_label, ratio_lines, summarise  # noqa: E402
 
 
 def pooled_runs(paths: list[str], rename: dict[str, str], tuners: set[str] | None) -> list[dict]:
-    """Every run of the files, tuners renamed, later files winning on the same (op, tuner, seed)."""
+    """Every run of the files, tuners renamed, later files winning on the same (op, tuner, seed).
+    Raises ``ValueError`` when the files were timed on different machines."""
     by_key: dict[tuple, dict] = {}
-    for path in paths:
-        for run in json.load(open(path))["runs"]:
+    files = [json.load(open(path)) for path in paths]
+    machines = {machine_label(data.get("machine")) for data in files}
+    if len(machines) > 1:
+        raise ValueError(f"the files were timed on different machines ({'; '.join(sorted(machines))}); "
+                         "pool only files from one machine")
+    for data in files:
+        for run in data["runs"]:
             run = dict(run, tuner=rename.get(run["tuner"], run["tuner"]))
             if tuners is None or run["tuner"] in tuners:
                 by_key[(run["op"], run["tuner"], run["seed"])] = run
@@ -52,7 +60,9 @@ def main() -> None:
             sys.exit(f"no result file {path!r}; pass files written by compare_tuners.py --out")
     try:
         runs = pooled_runs(args.files, rename, set(args.tuners.split(",")) if args.tuners else None)
-    except (ValueError, KeyError, TypeError) as err:
+    except ValueError as err:
+        sys.exit(str(err))
+    except (KeyError, TypeError, AttributeError) as err:
         sys.exit(f"not a compare_tuners.py result file (a JSON object with a list of runs): {err}")
     rows = summarise(runs)
     print(format_table(rows))

@@ -44,3 +44,28 @@ def test_pooled_runs_rename_filter_and_let_later_files_win(tmp_path):
     runs = pooled_runs([str(first), str(second)], {"ga-dqn@imm2": "ga-dqn"}, {"ga-dqn", "ga"})
     bests = sorted((r["tuner"], r["seed"], r["best_gflops"]) for r in runs)
     assert bests == [("ga", 0, 7), ("ga-dqn", 0, 20), ("ga-dqn", 1, 11)]
+
+
+def test_pooled_runs_refuse_files_from_different_machines(tmp_path):
+    """GFLOPS timed on two CPUs differ by several times, so pooling them would compare machines,
+    not tuners: ``pooled_runs`` names both machines and refuses."""
+    import json
+    import os
+    import sys
+
+    import pytest
+
+    from tools.compare import machine_description
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+    from pool_runs import pooled_runs
+
+    here = machine_description()
+    other = dict(here, family="25", vector="avx2")
+    old, new, same = tmp_path / "old.json", tmp_path / "new.json", tmp_path / "same.json"
+    old.write_text(json.dumps({"machine": other, "runs": _runs("ga", "x", [50])}))
+    new.write_text(json.dumps({"machine": here, "runs": _runs("ga", "x", [180])}))
+    same.write_text(json.dumps({"machine": here, "runs": _runs("ga-dqn", "x", [190])}))
+    with pytest.raises(ValueError, match="different machines.*family 25.*avx2"):
+        pooled_runs([str(old), str(new)], {}, None)
+    assert len(pooled_runs([str(new), str(same)], {}, None)) == 2

@@ -25,6 +25,29 @@ from .tuners import make_tuner
 from .workloads import workload
 
 
+def machine_description() -> dict:
+    """The CPU the runs are timed on. GFLOPS from different CPUs are not comparable (this
+    project's machines changed from 2 Zen 3 cores with AVX2 to 2 Zen 5 cores with AVX-512 between
+    the tenth and the eleventh session, and C1's best rose from ~50 to ~180 GFLOPS), so result
+    files carry it and pooling refuses to mix machines."""
+    fields: dict[str, str] = {}
+    if os.path.exists("/proc/cpuinfo"):
+        for line in open("/proc/cpuinfo"):
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())
+    flags = fields.get("flags", "").split()
+    return {"cpu": fields.get("model name", "unknown"), "family": fields.get("cpu family", "?"),
+            "model": fields.get("model", "?"), "cores": os.cpu_count(),
+            "vector": "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else "other"}
+
+
+def machine_label(machine: dict | None) -> str:
+    """A short name for a ``machine_description`` ("unrecorded" for files written before it)."""
+    if not machine:
+        return "unrecorded"
+    return f"{machine['cpu']} family {machine['family']} model {machine['model']}, {machine['cores']} cores, {machine['vector']}"
+
+
 def trials_to_fraction(curve: list[float], fraction: float = 0.9) -> int | None:
     """1-based trial at which the best-so-far first reaches ``fraction`` of its final value."""
     if not curve or curve[-1] <= 0:
