@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import autotvm  # noqa: E402
 from tools.compare import (format_table, machine_description, machine_label, ratio_lines, run_metaschedule,  # noqa: E402
-                           run_tuner, summarise)  # noqa: E402
+                           run_tuner, summarise)
 from tools.plots import tuning_curves  # noqa: E402
 
 
