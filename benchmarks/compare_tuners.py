@@ -19,8 +19,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import autotvm  # noqa: E402
-from tools.compare import (format_table, machine_description, machine_label, ratio_lines, run_metaschedule,  # noqa: E402
-                           run_tuner, summarise)
+from tools.compare import (check_one_machine, format_table, machine_description, ratio_lines,  # noqa: E402
+                           run_metaschedule, run_tuner, summarise)
 from tools.plots import tuning_curves  # noqa: E402
 
 
@@ -50,9 +50,10 @@ def main() -> None:
     runs, machine = [], machine_description()
     if os.path.exists(args.out):  # resume: keep the runs already done, if they were timed on this machine
         earlier = json.load(open(args.out))
-        if earlier.get("runs") and machine_label(earlier.get("machine")) != machine_label(machine):
-            sys.exit(f"{args.out} holds runs timed on another machine ({machine_label(earlier.get('machine'))}; "
-                     f"this one: {machine_label(machine)}); pass a new --out")
+        try:
+            check_one_machine([earlier.get("machine"), machine] if earlier.get("runs") else [])
+        except ValueError as err:
+            sys.exit(f"cannot resume {args.out}: {err}; pass a new --out")
         runs = earlier["runs"]
     done = {(r["op"], r["tuner"], r["seed"]) for r in runs}
     for seed in range(args.first_seed, args.first_seed + args.seeds):

@@ -24,7 +24,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tools.compare import format_table, machine_label, ratio_lines, summarise  # noqa: E402
+from tools.compare import check_one_machine, format_table, ratio_lines, summarise  # noqa: E402
 
 
 def pooled_runs(paths: list[str], rename: dict[str, str], tuners: set[str] | None) -> list[dict]:
@@ -32,10 +32,7 @@ def pooled_runs(paths: list[str], rename: dict[str, str], tuners: set[str] | Non
     Raises ``ValueError`` when the files were timed on different machines."""
     by_key: dict[tuple, dict] = {}
     files = [json.load(open(path)) for path in paths]
-    machines = {machine_label(data.get("machine")) for data in files}
-    if len(machines) > 1:
-        raise ValueError(f"the files were timed on different machines ({'; '.join(sorted(machines))}); "
-                         "pool only files from one machine")
+    check_one_machine(data.get("machine") for data in files)
     for data in files:
         for run in data["runs"]:
             run = dict(run, tuner=rename.get(run["tuner"], run["tuner"]))

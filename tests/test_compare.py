@@ -1,8 +1,15 @@
 """The summary statistics that the tuner comparisons report."""
 
+import json
+import os
+import sys
+
 import pytest
 
-from tools.compare import geomean_ratio, geomean_ratio_interval, summarise
+from tools.compare import geomean_ratio, geomean_ratio_interval, machine_description, summarise
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+from pool_runs import pooled_runs  # noqa: E402
 
 
 def _runs(tuner: str, op: str, bests: list[float]) -> list[dict]:
@@ -31,13 +38,6 @@ def test_interval_holds_the_estimate_and_narrows_with_more_seeds():
 def test_pooled_runs_rename_filter_and_let_later_files_win(tmp_path):
     """``benchmarks/pool_runs.py`` adds result files together: a variant can count as another
     tuner, other tuners are left out, and a run repeated in a later file replaces the earlier."""
-    import json
-    import os
-    import sys
-
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
-    from pool_runs import pooled_runs
-
     first, second = tmp_path / "a.json", tmp_path / "b.json"
     first.write_text(json.dumps({"runs": _runs("ga-dqn", "x", [10, 11]) + _runs("xgb", "x", [5])}))
     second.write_text(json.dumps({"runs": _runs("ga-dqn@imm2", "x", [20]) + _runs("ga", "x", [7])}))
@@ -49,17 +49,6 @@ def test_pooled_runs_rename_filter_and_let_later_files_win(tmp_path):
 def test_pooled_runs_refuse_files_from_different_machines(tmp_path):
     """GFLOPS timed on two CPUs differ by several times, so pooling them would compare machines,
     not tuners: ``pooled_runs`` names both machines and refuses."""
-    import json
-    import os
-    import sys
-
-    import pytest
-
-    from tools.compare import machine_description
-
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
-    from pool_runs import pooled_runs
-
     here = machine_description()
     other = dict(here, family="25", vector="avx2")
     old, new, same = tmp_path / "old.json", tmp_path / "new.json", tmp_path / "same.json"

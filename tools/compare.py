@@ -48,6 +48,15 @@ def machine_label(machine: dict | None) -> str:
     return f"{machine['cpu']} family {machine['family']} model {machine['model']}, {machine['cores']} cores, {machine['vector']}"
 
 
+def check_one_machine(machines: Iterable[dict | None]) -> None:
+    """Raise ``ValueError`` naming the machines when runs timed on more than one would be mixed
+    (by pooling result files, or by resuming one on another machine)."""
+    labels = {machine_label(machine) for machine in machines}
+    if len(labels) > 1:
+        raise ValueError(f"runs timed on different machines ({'; '.join(sorted(labels))}) cannot be mixed; "
+                         "keep each machine's runs in their own files")
+
+
 def trials_to_fraction(curve: list[float], fraction: float = 0.9) -> int | None:
     """1-based trial at which the best-so-far first reaches ``fraction`` of its final value."""
     if not curve or curve[-1] <= 0:
