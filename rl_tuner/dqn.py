@@ -157,10 +157,12 @@ class DQNAgent:
     def _greedy_from(self, q: np.ndarray, mask: np.ndarray, rank: int = 0) -> int:
         """The valid action of highest Q (``rank`` r > 0: the (r+1)-th highest, wrapping round
         the valid actions); ties (as between untried actions) broken at random."""
+        mask = np.asarray(mask, bool)
         q = np.where(mask, q, -np.inf)
         if rank:
             jitter = self.rng.random(len(q)) * 1e-9  # random order among equal Q
-            order = [a for a in np.argsort(-(q + jitter), kind="stable") if mask[a]]
+            order = np.argsort(-(q + jitter), kind="stable")
+            order = order[mask[order]]
             return int(order[rank % len(order)])
         best = np.flatnonzero(q >= q.max() - 1e-9)
         return int(best[0] if len(best) == 1 else self.rng.choice(best))

@@ -58,6 +58,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from autotvm.task.space import DIRECTIONS, MAX_LEVELS, SplitEntity
 from autotvm.tuner.population import Member, PopulationTuner
 
 from .dqn import DQNAgent, DQNConfig
@@ -65,14 +66,16 @@ from .dqn import DQNAgent, DQNConfig
 REWARDS = ("improvement", "score", "r1", "r2", "r3")
 MODES = ("train", "greedy", "continue")
 POLICIES = ("dqn", "random")
-MUTATIONS = ("mixed", "local", "redraw")
+MUTATIONS = ("directed", "mixed", "local", "redraw")
+# the moves of the mutation agent's actions, per ``mutation``: a direction is an index into DIRECTIONS
+MOVES = {"directed": (*range(len(DIRECTIONS)), "redraw"), "mixed": ("local", "redraw")}
 N_CONTEXT = 2  # features after the genes in the mutation agent's state
 STALL_SCALE = 5.0  # generations without a new best at which the stall feature saturates
 
 
 class GADQNTuner(PopulationTuner):
     def __init__(self, task: Any, pop_size: int = 16, elite_num: int = 3, reward: str = "improvement",
-                 action_policy: str = "dqn", mutation: str = "mixed", mode: str = "train", checkpoint: str | None = None,
+                 action_policy: str = "dqn", mutation: str = "directed", mode: str = "train", checkpoint: str | None = None,
                  max_knobs: int | None = None, dqn: DQNConfig | dict | None = None, failure_penalty: float = 0.1,
                  reward_cap: float = 2.0, stall_state: bool = False, screen: int = 16, spread: float = 1.0,
                  restart_after: int | None = None, immigrants: int | None = None, immigrant_pool: int = 512,
@@ -87,7 +90,7 @@ class GADQNTuner(PopulationTuner):
                          immigrants=self.default_immigrants(pop_size, elite_num, screen) if immigrants is None else immigrants,
                          immigrant_pool=immigrant_pool, screen_scope=screen_scope, seed=seed)
         self.reward_name, self.action_policy, self.mode = reward, action_policy, mode
-        self.moves = ("local", "redraw") if mutation == "mixed" else (mutation,)
+        self.moves = MOVES.get(mutation, (mutation,))
         self.failure_penalty, self.reward_cap = failure_penalty, reward_cap
         if isinstance(spread, bool) or not isinstance(spread, (int, float)) or not 0.0 <= spread <= 1.0:
             raise ValueError(f"spread must be a number in [0, 1] (0: every screened candidate greedy), got {spread!r}")
@@ -95,6 +98,7 @@ class GADQNTuner(PopulationTuner):
         self.n_knobs = len(self.dims)
         self.dims_arr = np.array(self.dims, dtype=np.float64)
         self.monitor: list[dict] = []
+        self._move_mask: np.ndarray | None = None  # the valid moves of every child (mutation_masks)
         self.initial_mean: float | None = None
         self.prev_generation_mean = 0.0
         self._best_seen = self._best_before = 0.0
@@ -105,13 +109,23 @@ class GADQNTuner(PopulationTuner):
                 self.crossover_agent.training = self.mutation_agent.training = False
         else:
             self.max_knobs = max(self.n_knobs, max_knobs or 24)
-            config = dqn if isinstance(dqn, DQNConfig) else DQNConfig(**(dqn or {}))
+            config = dqn if isinstance(dqn, DQNConfig) else DQNConfig(**(self.default_dqn(mutation) | (dqn or {})))
             self.crossover_agent = DQNAgent(2 * self.max_knobs + 2, max(self.max_knobs - 1, 1), config, agent_seed)
-            state_dim = self.max_knobs + (N_CONTEXT if stall_state else 0)
+            state_dim = self.max_knobs + self.n_level_features + (N_CONTEXT if stall_state else 0)
             self.mutation_agent = DQNAgent(state_dim, len(self.moves) * self.max_knobs + 1, config,
                                            None if agent_seed is None else agent_seed + 1)
         if self.n_knobs > self.max_knobs:
             raise ValueError(f"the task has {self.n_knobs} knobs but the agent handles at most {self.max_knobs}")
+        self._level_tables = [self._level_table(knob) for knob in self.space.knobs]
+
+    @staticmethod
+    def default_dqn(mutation: str) -> dict:
+        """DQN settings that depend on the action design. With directions there are several
+        hundred actions and a run measures about 190 children, so optimistic initial values
+        (``q_init`` 0.1, which make every action be tried before any is exploited) would keep
+        the agent exploring for the whole run: untried directions start at 0, level with the
+        moves that never improved a child."""
+        return {"q_init": 0.0} if mutation == "directed" else {}
 
     @staticmethod
     def default_immigrants(pop_size: int, elite_num: int, screen: int) -> int:
@@ -127,6 +141,35 @@ class GADQNTuner(PopulationTuner):
         out[..., : self.n_knobs] = knobs / np.maximum(self.dims_arr - 1, 1)
         return out
 
+    @property
+    def directed(self) -> bool:
+        """Whether mutation actions are named directions (``mutation="directed"``)."""
+        return isinstance(self.moves[0], int)
+
+    @property
+    def n_level_features(self) -> int:
+        """State features after the genes for "directed": every knob's split levels."""
+        return self.max_knobs * MAX_LEVELS if self.directed else 0
+
+    @staticmethod
+    def _level_table(knob: Any) -> np.ndarray:
+        """Per value of a knob, its split levels as log2(factor) / log2(extent), outermost first
+        (zeros for other knobs): the tile sizes that a direction moves factors between, which
+        the gene (an index into a list of factorizations) does not show."""
+        table = np.zeros((len(knob), MAX_LEVELS), np.float32)
+        for v, entity in enumerate(knob.entities):
+            if isinstance(entity, SplitEntity) and np.prod(entity.size) > 1:
+                sizes = np.log2(np.array(entity.size[:MAX_LEVELS], np.float64))
+                table[v, : len(sizes)] = sizes / np.log2(np.prod(entity.size))
+        return table
+
+    def _levels(self, knobs: list[list[int]]) -> np.ndarray:
+        out = np.zeros((len(knobs), self.max_knobs, MAX_LEVELS), np.float32)
+        rows = np.asarray(knobs, dtype=np.int64)
+        for i, table in enumerate(self._level_tables):
+            out[:, i] = table[rows[:, i]]
+        return out.reshape(len(knobs), -1)
+
     def _fitness(self, score: float | None) -> float:
         return float(score or 0.0) / self.best_flops if self.best_flops > 0 else 0.0
 
@@ -139,13 +182,14 @@ class GADQNTuner(PopulationTuner):
                          stalled_generations: int) -> np.ndarray:
         context = np.zeros((len(children), N_CONTEXT), np.float32)
         context[:, 0], context[:, 1] = parent_fitness, min(stalled_generations / STALL_SCALE, 1.0)
-        return np.concatenate([self._genes(children), context[:, : self.n_context]], axis=1)
+        parts = [self._genes(children)] + ([self._levels(children)] if self.directed else [])
+        return np.concatenate(parts + [context[:, : self.n_context]], axis=1)
 
     @property
     def n_context(self) -> int:
         """Context features after the genes in the mutation agent's state (0 unless ``stall_state``;
         a loaded agent keeps the layout it was trained with)."""
-        return self.mutation_agent.state_dim - self.max_knobs
+        return self.mutation_agent.state_dim - self.max_knobs - self.n_level_features
 
     def crossover_state(self, p1: Member, p2: Member) -> np.ndarray:
         return self._crossover_states([(p1, p2)])[0]
@@ -160,16 +204,29 @@ class GADQNTuner(PopulationTuner):
         mask[: max(self.n_knobs - 1, 0)] = True  # action a cuts before knob a+1
         return mask
 
-    def mutation_mask(self, keep_allowed: bool = False) -> np.ndarray:
+    def mutation_mask(self, keep_allowed: bool = False, knob: list[int] | None = None) -> np.ndarray:
         """Every move on knobs with more than one value, plus "keep" (last) when the unmutated
-        child is new. Action ``m * max_knobs + i`` is move ``self.moves[m]`` on knob ``i``."""
-        mask = np.zeros(self.mutation_agent.n_actions, bool)
-        for m in range(len(self.moves)):
-            mask[m * self.max_knobs: m * self.max_knobs + self.n_knobs] = self.dims_arr > 1
-        mask[-1] = keep_allowed
-        if not mask.any():
-            mask[0] = True
-        return mask
+        child is new. Action ``m * max_knobs + i`` is move ``self.moves[m]`` on knob ``i``.
+        With directions, ``knob`` (the child) leaves out those with no step from its values."""
+        return self.mutation_masks([keep_allowed], None if knob is None else [knob])[0]
+
+    def mutation_masks(self, keep_allowed: list[bool], children: list[list[int]] | None = None) -> np.ndarray:
+        """``mutation_mask`` of many children at once (one row each): the screen breeds 16
+        children per measured one, so building their masks one by one cost a visible share of
+        GA-DQN's own time."""
+        if self._move_mask is None:
+            self._move_mask = np.zeros(self.mutation_agent.n_actions, bool)
+            for m in range(len(self.moves)):
+                self._move_mask[m * self.max_knobs: m * self.max_knobs + self.n_knobs] = self.dims_arr > 1
+        masks = np.repeat(self._move_mask[None], len(keep_allowed), axis=0)
+        if self.directed and children is not None:
+            valid = np.ones((len(children), len(DIRECTIONS), self.max_knobs), bool)
+            for i, knob in enumerate(self.space.knobs):
+                valid[:, :, i] = np.stack([knob.valid_directions(child[i]) for child in children])
+            masks[:, : valid[0].size] &= valid.reshape(len(children), -1)
+        masks[:, -1] = keep_allowed
+        masks[~masks.any(axis=1), 0] = True
+        return masks
 
     @property
     def keep_action(self) -> int:
@@ -193,10 +250,14 @@ class GADQNTuner(PopulationTuner):
             ranks = np.arange(len(states)) % width
         return agent.act_batch(states, masks, ranks)
 
-    def _redraw(self, knob: list[int], i: int, move: str, exclude: set[int] = frozenset()) -> int | None:
+    def _redraw(self, knob: list[int], i: int, move: str | int, exclude: set[int] = frozenset()) -> int | None:
         """A new value for knob ``i``: a small step from the current one ("local"; any value once
-        the steps are used up) or any other value ("redraw", AutoTVM's mutation)."""
+        the steps are used up), a step in direction ``DIRECTIONS[move]`` (none once used up) or
+        any other value ("redraw", AutoTVM's mutation)."""
         options: list[int] = []
+        if isinstance(move, int):
+            options = [v for v in self.space.knobs[i].direction_steps(knob[i], move) if v not in exclude]
+            return int(options[int(self.rng.integers(len(options)))]) if options else None
         if move == "local":
             options = [v for v in self.space.knobs[i].neighbours(knob[i]) if v not in exclude]
         if not options:
@@ -224,16 +285,15 @@ class GADQNTuner(PopulationTuner):
             children = [list(p1.knob) for p1, _ in pairs]
         states = self._mutation_states(children, [self._fitness(info["parent_best"]) for info in infos],
                                        self.stalled_generations)
-        with_keep, without_keep = self.mutation_mask(keep_allowed=True), self.mutation_mask(keep_allowed=False)
-        masks = np.stack([with_keep if self.space.knob2point(child) not in taken else without_keep
-                          for child in children])
+        masks = self.mutation_masks([self.space.knob2point(child) not in taken for child in children], children)
         actions, q = self._choose(self.mutation_agent, states, masks)
         for n, (child, info, action) in enumerate(zip(children, infos, actions)):
             info["mutation"] = (states[n], int(action), masks[n])
             info["mutation_q"] = None if q is None else q[n]
             knob_i, move = self.decode_mutation(int(action))
             if knob_i is not None and knob_i < self.n_knobs and self.dims[knob_i] > 1:
-                child[knob_i] = self._redraw(child, knob_i, move)
+                value = self._redraw(child, knob_i, move)
+                child[knob_i] = child[knob_i] if value is None else value
         return list(zip(children, infos))
 
     def repair(self, knob: list[int], info: Any, taken: set[int]) -> tuple[list[int], Any] | None:
@@ -242,7 +302,8 @@ class GADQNTuner(PopulationTuner):
         if not info or "mutation" not in info:
             return super().repair(knob, info, taken)
         state, first, mask = info["mutation"]
-        order = ([first] if first != self.keep_action else []) + self._action_preference(info.get("mutation_q"), first)
+        order = ([first] if first != self.keep_action else []) + self._action_preference(info.get("mutation_q"), first,
+                                                                                          knob)
         for action in order:
             i, move = self.decode_mutation(action)
             tried: set[int] = set()
@@ -255,10 +316,10 @@ class GADQNTuner(PopulationTuner):
                     return candidate, info
         return None
 
-    def _action_preference(self, q: np.ndarray | None, exclude: int) -> list[int]:
-        """Valid mutation actions other than ``exclude`` and "keep", best first by the Q row the
-        child was bred with (a random order for the ablation)."""
-        valid = [int(a) for a in np.flatnonzero(self.mutation_mask()) if a != exclude and a != self.keep_action]
+    def _action_preference(self, q: np.ndarray | None, exclude: int, knob: list[int]) -> list[int]:
+        """Valid mutation actions from ``knob`` other than ``exclude`` and "keep", best first by
+        the Q row the child was bred with (a random order for the ablation)."""
+        valid = [int(a) for a in np.flatnonzero(self.mutation_mask(knob=knob)) if a not in (exclude, self.keep_action)]
         if q is None:
             return [int(a) for a in self.rng.permutation(valid)]
         return sorted(valid, key=lambda a: -q[a])
@@ -331,14 +392,15 @@ class GADQNTuner(PopulationTuner):
         else:
             row["crossover_action"] = member.info.get("crossover", (None, None))[1]
             row["mutation_action"] = member.info["mutation"][1]
-        row["mutated_knob"], row["mutation_move"] = self.decode_mutation(member.info["mutation"][1])
+        row["mutated_knob"], move = self.decode_mutation(member.info["mutation"][1])
+        row["mutation_move"] = str(DIRECTIONS[move]) if isinstance(move, int) else move
         self.monitor.append(row)
 
     def greedy_mutation_action(self, knob: list[int], keep_allowed: bool = False, parent_fitness: float = 1.0,
                                stalled_generations: int = 0) -> int:
         """The action the mutation network prefers for a child (no exploration) in the given context."""
         state = self.mutation_state(knob, parent_fitness, stalled_generations)
-        return self.mutation_agent.greedy_action(state, self.mutation_mask(keep_allowed))
+        return self.mutation_agent.greedy_action(state, self.mutation_mask(keep_allowed, knob))
 
     def greedy_crossover_action(self, p1_knob, p2_knob, f1=0.0, f2=0.0) -> int:
         state = self.crossover_state(Member(list(p1_knob), 0, f1 * self.best_flops), Member(list(p2_knob), 0, f2 * self.best_flops))
@@ -360,6 +422,7 @@ class GADQNTuner(PopulationTuner):
         data = torch.load(path, map_location="cpu", weights_only=False)
         self.max_knobs = int(data["max_knobs"])
         self.moves = tuple(data.get("moves", ("local",)))  # the action layout the agent was trained on
+        self._move_mask = None
         seed = None if self.seed is None else int(self.seed)
         self.crossover_agent = DQNAgent.from_state_dict(data["crossover"], seed)
         self.mutation_agent = DQNAgent.from_state_dict(data["mutation"], None if seed is None else seed + 1)

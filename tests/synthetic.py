@@ -13,10 +13,10 @@ from autotvm.task.space import ConfigSpace
 class SyntheticTask:
     """A task-like object: a knob space and a FLOP count, scored by ``objective(knob) -> GFLOPS``."""
 
-    def __init__(self, dims, objective, name="synthetic"):
+    def __init__(self, dims, objective, name="synthetic", space=None):
         self.name, self.args, self.target = name, (), None
-        self.config_space = ConfigSpace()
-        for i, d in enumerate(dims):
+        self.config_space = space or ConfigSpace()
+        for i, d in enumerate(dims if space is None else ()):
             self.config_space.define_knob(f"k{i}", list(range(d)))
         self.flop = 1e9
         self.objective = objective
@@ -101,3 +101,19 @@ def nk_landscape(n=10, d=8, k=2, weighted=False, seed=0):
         return 1.0 + 10.0 * f ** 4
 
     return SyntheticTask((d,) * n, objective, name=f"nk{'-weighted' if weighted else ''}-{seed}")
+
+
+def inner_tiles(extent=256, levels=4, tiles=3):
+    """``tiles`` split knobs of ``extent`` into ``levels`` factors; GFLOPS grow with the share of
+    every extent on its innermost level, as a vector loop gains from a longer inner tile. Every
+    split knob is a hundred-odd factorizations, so the move that helps is a direction (a factor
+    moved into the last level), not a knob or a value."""
+    space = ConfigSpace()
+    for i in range(tiles):
+        space.define_split(f"tile{i}", extent, num_outputs=levels)
+
+    def objective(knob):
+        inner = [np.log2(kn.entities[v].size[-1]) / np.log2(extent) for kn, v in zip(space.knobs, knob)]
+        return 1.0 + 10.0 * float(np.mean(inner)) ** 2
+
+    return SyntheticTask((), objective, name="inner-tiles", space=space)

@@ -3,11 +3,12 @@
 import numpy as np
 import pytest
 
+from autotvm.task.space import DIRECTIONS
 from ga_tuner import GATuner
 from rl_tuner import DQNAgent, DQNConfig, GADQNTuner
 
-from synthetic import (SyntheticTask, dominant_knob, nk_landscape, one_knob_dominates, run, synthetic_measure,
-                       trials_to_reach)
+from synthetic import (SyntheticTask, dominant_knob, inner_tiles, nk_landscape, one_knob_dominates, run,
+                       synthetic_measure, trials_to_reach)
 
 SEEDS = range(6)
 
@@ -29,15 +30,16 @@ def test_mutation_agent_learns_the_dominant_knob(dominant_runs):
     d = task.dominant
     rng = np.random.default_rng(0)
     # greedy choice for the final population's children with the dominant knob moved off its optimum
-    greedy = [np.mean([t.decode_mutation(t.greedy_mutation_action(
-        m.knob[:d] + [int(rng.integers(task.width // 2))] + m.knob[d + 1:]))[0] == d for m in t.population])
+    greedy = [[t.decode_mutation(t.greedy_mutation_action(
+        m.knob[:d] + [int(rng.integers(task.width // 2))] + m.knob[d + 1:])) for m in t.population]
         for t in runs["dqn"]]
-    chosen = [np.mean([row["mutated_knob"] == d for row in t.monitor]) for t in runs["dqn"]]
-    chosen_by_ablation = [np.mean([row["mutated_knob"] == d for row in t.monitor]) for t in runs["random"]]
-    # a uniform choice picks the dominant knob about two times in thirteen (six knobs, two moves
-    # each, and "keep")
-    assert np.median(greedy) >= 0.3, greedy
-    assert np.median(chosen) >= 2 * np.median(chosen_by_ablation), (chosen, chosen_by_ablation)
+    on_dominant = [np.mean([knob == d for knob, _ in moves]) for moves in greedy]
+    # a uniform choice picks the dominant knob about three times in nineteen (six knobs with a
+    # step down, a step up and a redraw each, and "keep")
+    assert np.median(on_dominant) >= 0.3, on_dominant
+    # and moves it the way that pays: up, or a redraw (which lands above half the time)
+    ways = [move for moves in greedy for knob, move in moves if knob == d]
+    assert np.mean([move != DIRECTIONS.index("down") for move in ways]) >= 0.9, ways
 
 
 def test_gadqn_reaches_the_optimum_sooner_than_its_ablation(dominant_runs):
@@ -46,7 +48,7 @@ def test_gadqn_reaches_the_optimum_sooner_than_its_ablation(dominant_runs):
     dqn = [trials_to_reach(t, goal) for t in runs["dqn"]]
     rand = [trials_to_reach(t, goal) for t in runs["random"]]
     assert np.median(dqn) < np.median(rand), (dqn, rand)
-    assert sum(d < 10**6 for d in dqn) > sum(r < 10**6 for r in rand), (dqn, rand)
+    assert sum(dqn) < sum(rand), (dqn, rand)  # a run that never gets there counts 10**6 trials
 
 
 @pytest.mark.parametrize("make", [lambda t, s: GATuner(t, pop_size=10, seed=s),
@@ -192,9 +194,11 @@ def test_stall_state_option():
     stalls = [row["stalled_generations"] for row in tuner.monitor]
     assert max(stalls) >= 2 and all(b in (a, a + 1, 0) for a, b in zip(stalls, stalls[1:]))
     state = tuner.mutation_state([0, 0, 0], 0.5, 10)
-    assert state.shape == (tuner.max_knobs + 2,) and list(state[-2:]) == [0.5, 1.0]
+    assert state.shape == (tuner.max_knobs + tuner.n_level_features + 2,) and list(state[-2:]) == [0.5, 1.0]
     plain = GADQNTuner(flat, pop_size=6, seed=0)
-    assert plain.mutation_agent.state_dim == plain.max_knobs == len(plain.mutation_state([0, 0, 0], 0.5, 10))
+    width = plain.max_knobs + plain.n_level_features  # the genes, then every split's levels
+    assert plain.mutation_agent.state_dim == width == len(plain.mutation_state([0, 0, 0], 0.5, 10))
+    assert GADQNTuner(flat, pop_size=6, seed=0, mutation="mixed").mutation_agent.state_dim == plain.max_knobs
 
 
 @pytest.mark.parametrize("tuner_class", [GATuner, GADQNTuner])
@@ -384,3 +388,29 @@ def test_generation_screen_measures_the_top_of_one_ranked_pool(tuner_class):
 def test_unknown_screen_scope_is_refused():
     with pytest.raises(ValueError, match="screen_scope 'batch'; allowed: slot, generation"):
         GADQNTuner(one_knob_dominates(), screen_scope="batch")
+
+
+def test_directed_mutation_learns_which_way_to_move_a_tile(tmp_path):
+    task = inner_tiles()
+    into_last = [i for i, d in enumerate(DIRECTIONS) if isinstance(d, tuple) and d[1] == 3]
+    rng = np.random.default_rng(0)
+    probes = [task.config_space.point2knob(i) for i in task.config_space.sample_ints(40, rng)]
+    shares = []
+    for seed in range(5):
+        tuner = run(GADQNTuner(task, pop_size=16, mutation="directed", screen=1, seed=seed), task, 200)
+        moves = [tuner.decode_mutation(tuner.greedy_mutation_action(k))[1] for k in probes]
+        valid = [tuner.mutation_mask(knob=k)[: len(DIRECTIONS) * tuner.max_knobs].reshape(len(DIRECTIONS), -1)
+                 for k in probes]
+        chance = np.mean([v[into_last].sum() / max(v.sum(), 1) for v in valid])  # uniform choice's share
+        shares.append((np.mean([m in into_last for m in moves]), chance))
+    # measured: 0.68, 0.95, 0.15, 0.62, 0.75 of the probes against 0.25 by chance (seeds 0-4)
+    assert np.median([share / chance for share, chance in shares]) >= 2, shares
+    # a saved directed agent loads with its action layout and gives the same Q values
+    path = str(tmp_path / "directed.pt")
+    tuner.save(path)
+    loaded = GADQNTuner(task, pop_size=16, mode="greedy", checkpoint=path, seed=0)
+    assert loaded.directed and loaded.moves == tuner.moves
+    states = np.stack([tuner.mutation_state(k, 1.0, 0) for k in probes])
+    np.testing.assert_array_equal(loaded.mutation_agent.q_values(states), tuner.mutation_agent.q_values(states))
+    assert [loaded.mutation_mask(knob=k).tolist() for k in probes] == [tuner.mutation_mask(knob=k).tolist()
+                                                                       for k in probes]

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from autotvm.task.space import ConfigSpace, InstantiationError, factorizations
+from autotvm.task.space import DIRECTIONS, ConfigSpace, InstantiationError, factorizations
 
 
 def _space():
@@ -124,3 +124,26 @@ def test_neighbours_are_small_steps():
     assert unroll.neighbours(0) == [2]  # 0 -> 16 (values in order 0, 16, 64)
     assert unroll.neighbours(2) == [0, 1]
     assert mode.neighbours(1) == [0, 2]  # no order: any other value
+
+
+def test_directions_name_the_same_step_on_every_knob():
+    space = ConfigSpace()
+    space.define_split("tile", 12, num_outputs=3)
+    space.define_knob("unroll", [0, 64, 16])
+    space.define_knob("mode", ["a", "b", "c"])
+    tile, unroll, mode = space.knobs
+    at = [e.size for e in tile.entities].index((2, 3, 2))
+    step = {d: {tile.entities[v].size for v in tile.direction_steps(at, i)} for i, d in enumerate(DIRECTIONS)}
+    assert step[(0, 2)] == {(1, 3, 4)}  # the factor 2 of the outermost level moved innermost
+    assert step[(1, 0)] == {(6, 1, 2)}
+    assert step[(0, 3)] == set()  # no fourth level
+    one = [e.size for e in tile.entities].index((1, 12, 1))
+    middle_to_inner = DIRECTIONS.index((1, 2))
+    assert {tile.entities[v].size for v in tile.direction_steps(one, middle_to_inner)} == {(1, 6, 2), (1, 4, 3)}
+    assert not tile.valid_directions(one)[DIRECTIONS.index((0, 1))]  # level 0 holds no factor to move
+    down, up = DIRECTIONS.index("down"), DIRECTIONS.index("up")
+    assert unroll.direction_steps(2, down) == [0] and unroll.direction_steps(2, up) == [1]  # 16: down 0, up 64
+    assert unroll.direction_steps(1, up) == [] and mode.direction_steps(1, down) == []  # no order: no direction
+    # every step a direction takes is one of the knob's small steps
+    for v in range(len(tile)):
+        assert {s for d in range(len(DIRECTIONS)) for s in tile.direction_steps(v, d)} == set(tile.neighbours(v))

@@ -113,6 +113,7 @@ class Knob:
             raise InstantiationError(f"knob {self.name!r} has no candidate")
         self._lookup = {_hashable(e.to_json()): i for i, e in enumerate(self.entities)}
         self._neighbours: dict[int, list[int]] = {}
+        self._directions: dict[tuple, Any] = {}  # caches of direction_steps / valid_directions
 
     def __len__(self) -> int:
         return len(self.entities)
@@ -151,6 +152,51 @@ class Knob:
             return sorted(order[j] for j in (at - 1, at + 1) if 0 <= j < len(order))
         return []
 
+    def direction_steps(self, value: int, direction: int) -> list[int]:
+        """The values one step from ``value`` in a named direction (``DIRECTIONS[direction]``):
+        for a split, ``(a, b)`` moves one prime factor from level ``a`` to level ``b`` (one value
+        per prime of level a's factor); for numeric options, "down" and "up" are the adjacent
+        values in value order. Empty where the direction does not apply (level a is 1, level b
+        does not exist, the result is not a candidate). Unlike ``neighbours``, a direction means
+        the same on every task, so an agent can learn which way to move a tile."""
+        return self._direction_table(value)[direction]
+
+    def valid_directions(self, value: int) -> np.ndarray:
+        """One bool per direction of ``DIRECTIONS``: whether it has a step from ``value``."""
+        key = ("valid", value)
+        if key not in self._directions:
+            self._directions[key] = np.array([bool(s) for s in self._direction_table(value)])
+        return self._directions[key]
+
+    def _direction_table(self, value: int) -> list[list[int]]:
+        key = ("steps", value)
+        if key not in self._directions:
+            self._directions[key] = [self._steps_towards(value, d) for d in DIRECTIONS]
+        return self._directions[key]
+
+    def _steps_towards(self, value: int, direction: Any) -> list[int]:
+        entity = self.entities[value]
+        if isinstance(entity, SplitEntity) and isinstance(direction, tuple):
+            a, b = direction
+            if max(a, b) >= len(entity.size):
+                return []
+            steps = []
+            for p in _prime_factors(entity.size[a]):
+                size = list(entity.size)
+                size[a], size[b] = size[a] // p, size[b] * p
+                step = self._lookup.get(_hashable(SplitEntity(tuple(size)).to_json()))
+                if step is not None:
+                    steps.append(step)
+            return steps
+        if direction in ("down", "up") and not isinstance(entity, SplitEntity):
+            ordered = self._small_steps(value)  # the adjacent values in value order, if numeric
+            vals = [self.entities[v].val for v in ordered]
+            mine = entity.val if isinstance(entity, OtherOptionEntity) else None
+            if mine is None or not ordered:
+                return []
+            return [v for v, x in zip(ordered, vals) if (x < mine) == (direction == "down")]
+        return []
+
     def index_of_json(self, value: Any) -> int:
         try:
             return self._lookup[_hashable(value)]
@@ -159,6 +205,12 @@ class Knob:
 
 
 # ----------------------------------------------------------------------------- helpers
+MAX_LEVELS = 5  # split levels an agent's directions cover (CPU tiles have 4, GPU tiles up to 5)
+# Every named small step, the same list on every task: moving a prime factor from level a to
+# level b of a split (outermost level 0), then one value down or up for numeric options.
+DIRECTIONS: tuple = (*itertools.permutations(range(MAX_LEVELS), 2), "down", "up")
+
+
 def _prime_factors(n: int) -> list[int]:
     primes, d = [], 2
     while d * d <= n:
