@@ -12,8 +12,17 @@
 - How a knob is mutated (``mutation``): "local" takes a small step (a tile factor moved between
   two levels, the next unroll depth), as MetaSchedule's mutators do, so a child stays near a good
   parent; "redraw" is AutoTVM's uniform redraw, which can leave a bad region that small steps
-  cannot; "mixed" (default) gives the agent both moves for every knob (2n actions + keep), so it
-  learns where to step and where to jump (see benchmarks/README.md).
+  cannot; "mixed" gives the agent both moves for every knob (2n actions + keep), so it learns
+  where to step and where to jump. "directed" (default) names the small step: for a split, the
+  level a prime factor leaves and the level it joins (``autotvm.task.space.DIRECTIONS``: (0, 3)
+  moves it from the outermost level to the innermost), for a numeric option down or up, plus a
+  redraw per knob and "keep". The state adds every split's levels (log2 of each factor over
+  log2 of the extent), the tile sizes a direction changes, which the gene (an index into a list
+  of factorizations) does not show. The real ops' spaces have 5 to 9 knobs, so "mixed" offered
+  11 to 19 moves and the screen's 16 candidates covered nearly all of them: the agents' ranking
+  hardly mattered. A direction also means the same on every knob and every task ("make the
+  inner tile longer"), which a saved agent carries to the next task. Measured (nine seeds,
+  benchmarks/README.md): 1.033 of its own ablation, where "mixed" was level with it.
 - Each agent is trained on exactly the state it acted on, with the child's measured reward.
 - ``action_policy="random"`` is the ablation: the same GA with uniform choices, no networks.
 - ``screen`` (default 16): once the first generation is measured, each measured child is the one

@@ -266,6 +266,7 @@ class ConfigSpace:
     def __init__(self) -> None:
         self.knobs: list[Knob] = []
         self._by_name: dict[str, Knob] = {}
+        self._dims: list[int] | None = None
         self.flop = 0.0
         self.errors: list[str] = []
 
@@ -275,6 +276,7 @@ class ConfigSpace:
             raise InstantiationError(f"knob {knob.name!r} is defined twice")
         self.knobs.append(knob)
         self._by_name[knob.name] = knob
+        self._dims = None
         return knob
 
     def define_split(self, name: str, axis: Any, policy: str = "factors", num_outputs: int = 2,
@@ -341,7 +343,11 @@ class ConfigSpace:
     # -- index algebra
     @property
     def dims(self) -> list[int]:
-        return [len(k) for k in self.knobs]
+        """Each knob's number of values (kept, not rebuilt: ``knob2point`` and ``point2knob`` read
+        it on every call, tens of thousands of times in a screened GA run; do not modify it)."""
+        if self._dims is None:
+            self._dims = [len(k) for k in self.knobs]
+        return self._dims
 
     @property
     def range_length(self) -> int:
