@@ -111,12 +111,17 @@ def test_large_space_is_exact():
     assert len(set(space.sample_ints(50, rng))) == 50
 
 
-def test_neighbours_are_small_steps():
+def _split_numeric_and_unordered_knobs():
+    """A split of 12 in three levels, numeric options out of order, options with no order."""
     space = ConfigSpace()
     space.define_split("tile", 12, num_outputs=3)
     space.define_knob("unroll", [0, 64, 16])
     space.define_knob("mode", ["a", "b", "c"])
-    tile, unroll, mode = space.knobs
+    return space.knobs
+
+
+def test_neighbours_are_small_steps():
+    tile, unroll, mode = _split_numeric_and_unordered_knobs()
     at = [e.size for e in tile.entities].index((2, 3, 2))
     steps = {tile.entities[v].size for v in tile.neighbours(at)}
     # one prime factor moved between two levels, nothing else
@@ -127,11 +132,7 @@ def test_neighbours_are_small_steps():
 
 
 def test_directions_name_the_same_step_on_every_knob():
-    space = ConfigSpace()
-    space.define_split("tile", 12, num_outputs=3)
-    space.define_knob("unroll", [0, 64, 16])
-    space.define_knob("mode", ["a", "b", "c"])
-    tile, unroll, mode = space.knobs
+    tile, unroll, mode = _split_numeric_and_unordered_knobs()
     at = [e.size for e in tile.entities].index((2, 3, 2))
     step = {d: {tile.entities[v].size for v in tile.direction_steps(at, i)} for i, d in enumerate(DIRECTIONS)}
     assert step[(0, 2)] == {(1, 3, 4)}  # the factor 2 of the outermost level moved innermost
