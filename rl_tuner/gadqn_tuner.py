@@ -22,8 +22,8 @@
   11 to 19 moves and the screen's 16 candidates covered nearly all of them: the agents' ranking
   hardly mattered. A direction also means the same on every knob and every task ("make the
   inner tile longer"), which a saved agent carries to the next task. Measured on the real ops
-  (benchmarks/README.md): 1.024 of its own ablation over nine seeds (90% interval 0.971-1.086),
-  1.051 of "mixed" over six, where "mixed" had been level with the ablation (0.983).
+  (benchmarks/README.md): 1.051 of "mixed" over six seeds (90% interval 0.955-1.121), and
+  1.005 of its own ablation over fifteen (0.982-1.048): level, as "mixed" was (0.983).
 - Each agent is trained on exactly the state it acted on, with the child's measured reward.
 - ``action_policy="random"`` is the ablation: the same GA with uniform choices, no networks.
 - ``screen`` (default 16): once the first generation is measured, each measured child is the one
