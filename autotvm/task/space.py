@@ -113,7 +113,7 @@ class Knob:
             raise InstantiationError(f"knob {self.name!r} has no candidate")
         self._lookup = {_hashable(e.to_json()): i for i, e in enumerate(self.entities)}
         self._neighbours: dict[int, list[int]] = {}
-        self._directions: dict[tuple, Any] = {}  # caches of direction_steps / valid_directions
+        self._directions: dict[int, tuple[list[list[int]], np.ndarray]] = {}  # value -> (steps, valid)
 
     def __len__(self) -> int:
         return len(self.entities)
@@ -159,20 +159,17 @@ class Knob:
         values in value order. Empty where the direction does not apply (level a is 1, level b
         does not exist, the result is not a candidate). Unlike ``neighbours``, a direction means
         the same on every task, so an agent can learn which way to move a tile."""
-        return self._direction_table(value)[direction]
+        return self._direction_table(value)[0][direction]
 
     def valid_directions(self, value: int) -> np.ndarray:
         """One bool per direction of ``DIRECTIONS``: whether it has a step from ``value``."""
-        key = ("valid", value)
-        if key not in self._directions:
-            self._directions[key] = np.array([bool(s) for s in self._direction_table(value)])
-        return self._directions[key]
+        return self._direction_table(value)[1]
 
-    def _direction_table(self, value: int) -> list[list[int]]:
-        key = ("steps", value)
-        if key not in self._directions:
-            self._directions[key] = [self._steps_towards(value, d) for d in DIRECTIONS]
-        return self._directions[key]
+    def _direction_table(self, value: int) -> tuple[list[list[int]], np.ndarray]:
+        if value not in self._directions:
+            steps = [self._steps_towards(value, d) for d in DIRECTIONS]
+            self._directions[value] = steps, np.array([bool(s) for s in steps])
+        return self._directions[value]
 
     def _steps_towards(self, value: int, direction: Any) -> list[int]:
         entity = self.entities[value]
@@ -189,12 +186,8 @@ class Knob:
                     steps.append(step)
             return steps
         if direction in ("down", "up") and not isinstance(entity, SplitEntity):
-            ordered = self._small_steps(value)  # the adjacent values in value order, if numeric
-            vals = [self.entities[v].val for v in ordered]
-            mine = entity.val if isinstance(entity, OtherOptionEntity) else None
-            if mine is None or not ordered:
-                return []
-            return [v for v, x in zip(ordered, vals) if (x < mine) == (direction == "down")]
+            adjacent = self._small_steps(value)  # the adjacent values in value order; none unless numeric
+            return [v for v in adjacent if (self.entities[v].val < entity.val) == (direction == "down")]
         return []
 
     def index_of_json(self, value: Any) -> int:
