@@ -19,8 +19,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import autotvm  # noqa: E402
-from tools.compare import (check_one_machine, format_table, machine_description, ratio_lines,  # noqa: E402
-                           run_metaschedule, run_tuner, summarise)
+from tools.compare import format_table, ratio_lines, run_grid, summarise  # noqa: E402
 from tools.plots import tuning_curves  # noqa: E402
 
 
@@ -45,32 +44,14 @@ def main() -> None:
 
     builder = autotvm.LocalBuilder(n_parallel=args.n_parallel, timeout=30)
     runner = autotvm.LocalRunner(number=args.number, repeat=args.repeat, timeout=10)
-    option = autotvm.measure_option(builder, runner)
     per_tuner = json.loads(args.options)
-    runs, machine = [], machine_description()
-    if os.path.exists(args.out):  # resume: keep the runs already done, if they were timed on this machine
-        earlier = json.load(open(args.out))
-        try:
-            check_one_machine([earlier.get("machine"), machine] if earlier.get("runs") else [])
-        except ValueError as err:
-            sys.exit(f"cannot resume {args.out}: {err}; pass a new --out")
-        runs = earlier["runs"]
-    done = {(r["op"], r["tuner"], r["seed"]) for r in runs}
-    for seed in range(args.first_seed, args.first_seed + args.seeds):
-        for op in args.ops.split(","):
-            for name in args.tuners.split(","):
-                if (op, name, seed) in done:
-                    continue
-                if name == "metaschedule":
-                    run = run_metaschedule(op, seed, args.trials, args.number, args.repeat, 0, args.n_parallel)
-                else:
-                    run = run_tuner(op, name.split("@")[0], seed, args.trials, option, per_tuner.get(name, {}))
-                run["tuner"] = name
-                runs.append(run)
-                print(f"{op:6} {name:14} seed {seed}: best {run['best_gflops']:7.2f} GFLOPS, "
-                      f"{run['wall_seconds']:6.1f} s", flush=True)
-                os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-                json.dump({"args": vars(args), "machine": machine, "runs": runs}, open(args.out, "w"))
+    ms_settings = {"number": args.number, "repeat": args.repeat, "min_repeat_ms": 0, "n_parallel": args.n_parallel}
+    try:
+        runs = run_grid(args.out, range(args.first_seed, args.first_seed + args.seeds), args.ops.split(","),
+                        args.tuners.split(","), args.trials, autotvm.measure_option(builder, runner),
+                        lambda _op, name: per_tuner.get(name, {}), ms_settings, {"args": vars(args)})
+    except ValueError as err:
+        sys.exit(str(err))
     rows = summarise(runs)
     print(format_table(rows))
     plot = args.plot or os.path.splitext(args.out)[0] + ".png"

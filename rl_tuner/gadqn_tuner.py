@@ -55,6 +55,11 @@
   at the start of each generation and measures its top (see ``PopulationTuner``). Measured on
   the real ops (benchmarks/README.md), 0.966 of "slot" on three fresh seeds, with more stalled
   R3x3 runs; kept as an option for comparing the two ways of screening.
+- ``agent_weight`` (0.0, default: the screen model alone picks): the mutation agent's say in
+  which of a slot's candidates is measured, a rank sum of the model's ranking and w times the
+  ranking by the Q of each candidate's move. Measured (benchmarks/README.md), w = 1: 1.045 of
+  the ablation on seeds 0-5 of C1 and R3x3, where it was chosen, but 0.954 on fresh seeds 6-11
+  of every op; kept as an option, not the default.
 
 States and actions are padded to ``max_knobs`` (invalid actions masked), so a saved agent can
 start on another task with a different knob count.
@@ -89,7 +94,7 @@ class GADQNTuner(PopulationTuner):
                  max_knobs: int | None = None, dqn: DQNConfig | dict | None = None, failure_penalty: float = 0.1,
                  reward_cap: float = 2.0, stall_state: bool = False, screen: int = 16, spread: float = 1.0,
                  restart_after: int | None = None, immigrants: int | None = None, immigrant_pool: int = 512,
-                 screen_scope: str = "slot", seed: int | None = None) -> None:
+                 screen_scope: str = "slot", agent_weight: float = 0.0, seed: int | None = None) -> None:
         for name, value, allowed in (("reward", reward, REWARDS), ("action_policy", action_policy, POLICIES),
                                      ("mode", mode, MODES), ("mutation", mutation, MUTATIONS)):
             if value not in allowed:
@@ -105,6 +110,9 @@ class GADQNTuner(PopulationTuner):
         if isinstance(spread, bool) or not isinstance(spread, (int, float)) or not 0.0 <= spread <= 1.0:
             raise ValueError(f"spread must be a number in [0, 1] (0: every screened candidate greedy), got {spread!r}")
         self.spread = spread
+        if isinstance(agent_weight, bool) or not isinstance(agent_weight, (int, float)) or agent_weight < 0:
+            raise ValueError(f"agent_weight must be a number >= 0 (0: the screen model alone picks), got {agent_weight!r}")
+        self.agent_weight = float(agent_weight)
         self.n_knobs = len(self.dims)
         self.dims_arr = np.array(self.dims, dtype=np.float64)
         self.monitor: list[dict] = []
@@ -259,6 +267,19 @@ class GADQNTuner(PopulationTuner):
             width = np.maximum(np.ceil(self.spread * masks.sum(axis=1)).astype(np.int64), 1)
             ranks = np.arange(len(states)) % width
         return agent.act_batch(states, masks, ranks)
+
+    def _model_pick(self, members: list) -> Any:
+        """The screen's pick among a slot's candidates. With ``agent_weight`` w > 0 the mutation
+        agent has a say: each candidate's rank by the model plus w times its rank by the Q of
+        the move that made it (the agent's estimate of how much that move beats the parent).
+        Random newcomers, which no agent made, are the model's pick alone."""
+        bred = all(m.info and m.info.get("mutation_q") is not None for m in members)
+        if self.agent_weight == 0 or not bred or self.screen_model is None or len(members) == 1:
+            return super()._model_pick(members)
+        by_model = np.argsort(np.argsort(self._predicted(members), kind="stable"), kind="stable")
+        q = np.array([m.info["mutation_q"][m.info["mutation"][1]] for m in members])
+        by_agent = np.argsort(np.argsort(q, kind="stable"), kind="stable")
+        return members[int(np.argmax(by_model + self.agent_weight * by_agent))]
 
     def _redraw(self, knob: list[int], i: int, move: str | int, exclude: set[int] = frozenset()) -> int | None:
         """A new value for knob ``i``: a small step from the current one ("local"; any value once

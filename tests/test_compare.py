@@ -58,3 +58,32 @@ def test_pooled_runs_refuse_files_from_different_machines(tmp_path):
     with pytest.raises(ValueError, match="different machines.*family 25.*avx2"):
         pooled_runs([str(old), str(new)], {}, None)
     assert len(pooled_runs([str(new), str(same)], {}, None)) == 2
+
+
+def test_run_grid_resumes_and_measures_only_the_missing_runs(tmp_path):
+    """A stopped comparison is started again with the same ``--out``: the runs already there are
+    kept as they are, the missing ones are measured (for real, on a tiny matmul) with the options
+    of their NAME@LABEL, and a file timed on another machine is refused rather than mixed in."""
+    import autotvm
+    from tools.compare import run_grid
+
+    out = tmp_path / "grid.json"
+    kept = dict(_runs("random", "mm64", [1.0])[0], curve=[1.0])
+    out.write_text(json.dumps({"machine": machine_description(), "runs": [kept]}))
+    asked = []
+
+    def options_for(op, name):
+        asked.append((op, name))
+        return {"pop_size": 4} if name == "ga@small" else {}
+
+    option = autotvm.measure_option(autotvm.LocalBuilder(n_parallel=1), autotvm.LocalRunner(number=1, repeat=1))
+    runs = run_grid(str(out), [0], ["mm64"], ["random", "ga@small"], 4, option, options_for, {}, {"args": {}})
+    assert asked == [("mm64", "ga@small")]
+    assert runs[0] == kept and len(runs) == 2
+    assert runs[1]["tuner"] == "ga@small" and runs[1]["trials"] == 4 and runs[1]["best_gflops"] > 0
+    assert json.loads(out.read_text())["runs"] == runs
+
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"machine": dict(machine_description(), family="25"), "runs": [kept]}))
+    with pytest.raises(ValueError, match="cannot resume"):
+        run_grid(str(other), [0], ["mm64"], ["random"], 4, option, options_for, {}, {})

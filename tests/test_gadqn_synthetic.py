@@ -414,3 +414,20 @@ def test_directed_mutation_learns_which_way_to_move_a_tile(tmp_path):
     np.testing.assert_array_equal(loaded.mutation_agent.q_values(states), tuner.mutation_agent.q_values(states))
     assert [loaded.mutation_mask(knob=k).tolist() for k in probes] == [tuner.mutation_mask(knob=k).tolist()
                                                                        for k in probes]
+
+
+def test_agent_weight_gives_the_mutation_agent_a_say_in_the_screens_pick():
+    """``agent_weight`` 0: the screen model alone picks among a slot's candidates; a weight far
+    above their count: the candidate whose move the agent values most."""
+    task = one_knob_dominates()
+    tuner = GADQNTuner(task, pop_size=10, agent_weight=1000.0, seed=0)
+    run(tuner, task, 60)
+    candidates = tuner._bred_candidates(set(tuner.visited), 16)
+    q = [m.info["mutation_q"][m.info["mutation"][1]] for m in candidates]
+    pick = tuner._model_pick(candidates)
+    assert pick.info["mutation_q"][pick.info["mutation"][1]] == max(q)
+    tuner.agent_weight = 0.0
+    predicted = tuner._predicted(candidates)
+    assert predicted[candidates.index(tuner._model_pick(candidates))] == predicted.max()
+    with pytest.raises(ValueError, match="agent_weight must be a number >= 0"):
+        GADQNTuner(task, agent_weight=-1.0)

@@ -13,7 +13,7 @@ import os
 import statistics
 import tempfile
 import time
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import tvm
@@ -66,14 +66,18 @@ def trials_to_fraction(curve: list[float], fraction: float = 0.9) -> int | None:
 
 
 def run_tuner(op: str, tuner_name: str, seed: int, trials: int, measure_option: dict,
-              options: dict | None = None, target: Any = "llvm", log_path: str | None = None) -> dict:
-    """Tune ``op`` with one tuner and seed; returns the run's record (plain data)."""
+              options: dict | None = None, target: Any = "llvm", log_path: str | None = None,
+              save_agent: str | None = None) -> dict:
+    """Tune ``op`` with one tuner and seed; returns the run's record (plain data). ``save_agent``:
+    where to save a GA-DQN tuner's agents after the run (for a later task to start from)."""
     task = autotvm.task.create_from_primfunc(workload(op), target, name=op)
     tuner = make_tuner(tuner_name, task, seed=seed, **(options or {}))
     callbacks = [autotvm.callback.log_to_file(log_path)] if log_path else []
     start = time.perf_counter()
     tuner.tune(trials, measure_option, callbacks=callbacks)
     wall = time.perf_counter() - start
+    if save_agent:
+        tuner.save(save_agent)
     curve = [h["best_flops"] / 1e9 for h in tuner.history]
     run = {"op": op, "tuner": tuner_name, "seed": seed, "trials": len(curve), "curve": curve,
            "best_gflops": curve[-1] if curve else 0.0, "trials_to_90": trials_to_fraction(curve),
@@ -82,6 +86,40 @@ def run_tuner(op: str, tuner_name: str, seed: int, trials: int, measure_option: 
     if hasattr(tuner, "monitor"):
         run["monitor"] = tuner.monitor
     return run
+
+
+def run_grid(out: str, seeds: Iterable[int], ops: list[str], tuners: list[str], trials: int,
+             measure_option: dict, options_for: Callable[[str, str], dict], ms_settings: dict,
+             header: dict) -> list[dict]:
+    """Every (seed, op, tuner) run, saved to ``out`` after each one (with ``header``, e.g. the
+    command's arguments, and the machine), so that a stopped comparison resumes where it stopped.
+    ``tuner`` is a registry name, or NAME@LABEL for NAME with ``options_for(op, tuner)``; runs
+    already in ``out`` are kept if they were timed on this machine."""
+    machine, runs = machine_description(), []
+    if os.path.exists(out):
+        earlier = json.load(open(out))
+        try:
+            check_one_machine([earlier.get("machine"), machine] if earlier.get("runs") else [])
+        except ValueError as err:
+            raise ValueError(f"cannot resume {out}: {err}; pass a new --out") from None
+        runs = earlier["runs"]
+    done = {(r["op"], r["tuner"], r["seed"]) for r in runs}
+    for seed in seeds:
+        for op in ops:
+            for name in tuners:
+                if (op, name, seed) in done:
+                    continue
+                if name == "metaschedule":
+                    run = run_metaschedule(op, seed, trials, **ms_settings)
+                else:
+                    run = run_tuner(op, name.split("@")[0], seed, trials, measure_option, options_for(op, name))
+                run["tuner"] = name
+                runs.append(run)
+                print(f"{op:6} {name:16} seed {seed}: best {run['best_gflops']:7.2f} GFLOPS, "
+                      f"{run['wall_seconds']:6.1f} s", flush=True)
+                os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+                json.dump(header | {"machine": machine, "runs": runs}, open(out, "w"))
+    return runs
 
 
 def ms_fast_build(mod: Any, target: Any, _params: Any) -> Any:
@@ -187,11 +225,11 @@ def ratio_lines(rows: list[dict], runs: list[dict], pairs: Iterable[tuple[str, s
 
 
 def format_table(rows: list[dict]) -> str:
-    head = f"{'op':8} {'tuner':14} {'seeds':>5} {'best GFLOPS':>12} {'trials->90%':>12} {'overhead':>9} {'wall s':>8}"
+    head = f"{'op':8} {'tuner':16} {'seeds':>5} {'best GFLOPS':>12} {'trials->90%':>12} {'overhead':>9} {'wall s':>8}"
     lines = [head, "-" * len(head)]
     for r in rows:
         t90 = "-" if r["median_trials_to_90"] is None else f"{r['median_trials_to_90']:.0f}"
         ovh = "-" if r["median_overhead"] is None else f"{100 * r['median_overhead']:.2f}%"
-        lines.append(f"{r['op']:8} {r['tuner']:14} {r['seeds']:5d} {r['median_best_gflops']:12.2f} {t90:>12} "
+        lines.append(f"{r['op']:8} {r['tuner']:16} {r['seeds']:5d} {r['median_best_gflops']:12.2f} {t90:>12} "
                      f"{ovh:>9} {r['median_wall_seconds']:8.1f}")
     return "\n".join(lines)

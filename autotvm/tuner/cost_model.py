@@ -7,6 +7,8 @@ tuners' optional screen (which measures only the most promising of several bred 
 from __future__ import annotations
 
 import numpy as np
+import xgboost as xgb  # at import, as AutoTVM's cost model: imported inside the first fit, its
+# 0.2 s counted as tuning overhead in a process's first run (GA-DQN's own time on C1 is 0.7-1 s)
 
 LOSSES = ("rank", "reg")
 
@@ -26,8 +28,6 @@ class XGBCostModel:
 
     def fit(self, x: np.ndarray, flops: np.ndarray) -> None:
         """Refit from scratch; a set with no successful config leaves the model as it was."""
-        import xgboost as xgb
-
         ys = np.asarray(flops, dtype=np.float64)
         if len(ys) == 0 or ys.max() <= 1e-6:
             return
