@@ -268,7 +268,7 @@ class GADQNTuner(PopulationTuner):
             ranks = np.arange(len(states)) % width
         return agent.act_batch(states, masks, ranks)
 
-    def _model_pick(self, members: list) -> Any:
+    def _model_pick(self, members: list[Member]) -> Member:
         """The screen's pick among a slot's candidates. With ``agent_weight`` w > 0 the mutation
         agent has a say: each candidate's rank by the model plus w times its rank by the Q of
         the move that made it (the agent's estimate of how much that move beats the parent).
