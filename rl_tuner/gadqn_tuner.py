@@ -273,13 +273,12 @@ class GADQNTuner(PopulationTuner):
         agent has a say: each candidate's rank by the model plus w times its rank by the Q of
         the move that made it (the agent's estimate of how much that move beats the parent).
         Random newcomers, which no agent made, are the model's pick alone."""
-        bred = all(m.info and m.info.get("mutation_q") is not None for m in members)
-        if self.agent_weight == 0 or not bred or self.screen_model is None or len(members) == 1:
+        if (self.agent_weight == 0 or self.screen_model is None or len(members) == 1
+                or not all(m.info and m.info.get("mutation_q") is not None for m in members)):
             return super()._model_pick(members)
-        by_model = np.argsort(np.argsort(self._predicted(members), kind="stable"), kind="stable")
         q = np.array([m.info["mutation_q"][m.info["mutation"][1]] for m in members])
-        by_agent = np.argsort(np.argsort(q, kind="stable"), kind="stable")
-        return members[int(np.argmax(by_model + self.agent_weight * by_agent))]
+        ranks = [np.argsort(np.argsort(x, kind="stable"), kind="stable") for x in (self._predicted(members), q)]
+        return members[int(np.argmax(ranks[0] + self.agent_weight * ranks[1]))]
 
     def _redraw(self, knob: list[int], i: int, move: str | int, exclude: set[int] = frozenset()) -> int | None:
         """A new value for knob ``i``: a small step from the current one ("local"; any value once
