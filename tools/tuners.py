@@ -25,7 +25,8 @@ TUNERS = {
 # for the ablation the agents' options (it has no agents, and its action policy is fixed)
 NOT_FROM_CONFIG = {
     "random": {"range_idx"}, "gridsearch": {"range_idx"}, "xgb": {"num_threads"},
-    "ga-dqn-random": {"action_policy", "mode", "checkpoint", "dqn", "stall_state", "spread", "agent_weight"},
+    "ga-dqn-random": {"action_policy", "mode", "checkpoint", "dqn", "stall_state", "spread", "agent_weight",
+                      "q_network"},
 }
 
 
