@@ -1,9 +1,10 @@
 """A small deep Q-network agent in plain PyTorch (read it top to bottom, CleanRL style).
 
 Knows nothing of TVM: states are float vectors, actions are ints, invalid actions are masked.
-MLP Q-network (or ``EntityQNetwork``, weights shared across the entities a state lists), replay buffer, target network, epsilon-greedy with linear decay, Huber loss,
-optional double DQN, configurable gamma, a training step every ``train_every`` transitions
-after ``learning_starts`` transitions.
+MLP Q-network (or ``EntityQNetwork``, with weights shared across the entities a state lists),
+replay buffer, target network, epsilon-greedy with linear decay, Huber loss, optional double
+DQN, configurable gamma, a training step every ``train_every`` transitions after
+``learning_starts`` transitions.
 
 Epsilon decays with the transitions observed (CleanRL's ``global_step``: steps taken in the
 environment), not with the actions computed: a caller that scores many candidate states before
@@ -93,8 +94,8 @@ class EntityQNetwork(nn.Module):
     Why: a flat MLP has one output row per (move, entity), hundreds of them, and a tuning run
     gives it about 190 transitions, so most rows are never trained; here every transition trains
     the weights that score every entity's moves, and what is learnt on one entity ("this move
-    helps when the entity's features look like this") holds for the others and for entities of
-    another task (a different count pads or drops rows)."""
+    helps when the entity's features look like this") holds for the others and for the entities
+    of another task (one with fewer leaves the rest of the rows as padding)."""
 
     def __init__(self, state_dim: int, n_actions: int, hidden: tuple[int, ...], q_init: float,
                  entities: int, entity_dim: int) -> None:
