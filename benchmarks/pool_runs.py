@@ -12,7 +12,9 @@ recorded count as one "unrecorded" machine (sessions 1-10: 2 Zen 3 cores, AVX2).
 
 Prints the pooled median best GFLOPS per op and tuner, and the reference tuner's (``--reference``,
 GA-DQN by default) geometric-mean ratio over each other tuner with its 90% bootstrap interval
-over seeds.
+over seeds. ``--trials N`` reads every run as it stood after N trials (to pool a longer run with
+shorter ones; overhead and wall time stay the whole run's); ``--stuck F`` also counts, per op and
+tuner, the runs whose best is below F times the op's median over all pooled runs.
 """
 
 from __future__ import annotations
@@ -20,11 +22,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tools.compare import check_one_machine, format_table, ratio_lines, summarise  # noqa: E402
+from tools.compare import check_one_machine, format_table, ratio_lines, summarise, trials_to_fraction  # noqa: E402
 
 
 def pooled_runs(paths: list[str], rename: dict[str, str], tuners: set[str] | None) -> list[dict]:
@@ -41,12 +44,36 @@ def pooled_runs(paths: list[str], rename: dict[str, str], tuners: set[str] | Non
     return list(by_key.values())
 
 
+def cut_at(run: dict, trials: int) -> dict:
+    """The run as it stood after ``trials`` trials (the whole run if it is shorter)."""
+    curve = run["curve"][:trials]
+    return dict(run, curve=curve, trials=len(curve), best_gflops=curve[-1] if curve else 0.0,
+                trials_to_90=trials_to_fraction(curve))
+
+
+def stuck_lines(runs: list[dict], fraction: float) -> list[str]:
+    """Per op and tuner, how many runs ended below ``fraction`` of the op's median best."""
+    lines = []
+    for op in sorted({r["op"] for r in runs}):
+        of_op = [r for r in runs if r["op"] == op]
+        floor = fraction * statistics.median(r["best_gflops"] for r in of_op)
+        for tuner in sorted({r["tuner"] for r in of_op}):
+            mine = [r for r in of_op if r["tuner"] == tuner]
+            stuck = sum(r["best_gflops"] < floor for r in mine)
+            lines.append(f"{op:8} {tuner:16} {stuck} of {len(mine)} runs below {floor:.1f} GFLOPS "
+                         f"({fraction:g} x the op's median)")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("files", nargs="+", help="result files of compare_tuners.py")
     parser.add_argument("--rename", default="", help="old=new[,old=new...]: count a variant's runs as another tuner's")
     parser.add_argument("--tuners", default=None, help="keep only these tuners (comma-separated)")
     parser.add_argument("--reference", default="ga-dqn", help="the tuner whose ratios over the others are printed")
+    parser.add_argument("--trials", type=int, default=None, help="read every run as it stood after this many trials")
+    parser.add_argument("--stuck", type=float, default=None,
+                        help="also count the runs below this fraction of the op's median best (e.g. 0.8)")
     args = parser.parse_args()
     try:
         rename = dict(pair.split("=", 1) for pair in args.rename.split(",") if pair)
@@ -61,8 +88,16 @@ def main() -> None:
         sys.exit(str(err))
     except (KeyError, TypeError, AttributeError) as err:
         sys.exit(f"not a compare_tuners.py result file (a JSON object with a list of runs): {err}")
+    if args.stuck is not None and args.stuck <= 0:
+        sys.exit(f"--stuck must be a fraction above 0 (e.g. 0.8), got {args.stuck}")
+    if args.trials is not None:
+        if args.trials < 1:
+            sys.exit(f"--trials must be a positive number of trials, got {args.trials}")
+        runs = [cut_at(run, args.trials) for run in runs]
     rows = summarise(runs)
     print(format_table(rows))
+    if args.stuck is not None:
+        print("\n".join(stuck_lines(runs, args.stuck)))
     print("\n".join(ratio_lines(rows, runs, [(args.reference, base) for base in
                                                sorted({r["tuner"] for r in runs} - {args.reference})])))
 

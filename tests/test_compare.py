@@ -9,7 +9,7 @@ import pytest
 from tools.compare import geomean_ratio, geomean_ratio_interval, machine_description, summarise
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
-from pool_runs import pooled_runs  # noqa: E402
+from pool_runs import cut_at, pooled_runs, stuck_lines  # noqa: E402
 
 
 def _runs(tuner: str, op: str, bests: list[float]) -> list[dict]:
@@ -44,6 +44,19 @@ def test_pooled_runs_rename_filter_and_let_later_files_win(tmp_path):
     runs = pooled_runs([str(first), str(second)], {"ga-dqn@imm2": "ga-dqn"}, {"ga-dqn", "ga"})
     bests = sorted((r["tuner"], r["seed"], r["best_gflops"]) for r in runs)
     assert bests == [("ga", 0, 7), ("ga-dqn", 0, 20), ("ga-dqn", 1, 11)]
+
+
+def test_runs_cut_at_a_trial_and_stuck_runs_counted():
+    """``--trials`` reads a longer run as it stood after that many trials; ``--stuck`` counts the
+    runs below a fraction of the op's median over every pooled run."""
+    run = {"op": "x", "tuner": "a", "seed": 0, "curve": [1.0, 5.0, 5.0, 10.0], "best_gflops": 10.0,
+           "trials_to_90": 4, "overhead": 0.01, "wall_seconds": 4.0}
+    cut = cut_at(run, 2)
+    assert (cut["best_gflops"], cut["trials"], cut["trials_to_90"]) == (5.0, 2, 2) and run["best_gflops"] == 10.0
+    assert cut_at(run, 10)["best_gflops"] == 10.0
+    runs = _runs("a", "x", [100, 100, 50]) + _runs("b", "x", [100, 100, 100])
+    lines = stuck_lines(runs, 0.8)  # the median of all six is 100: only a's 50 is below 80
+    assert [line.split()[2] for line in lines] == ["1", "0"] and "80.0 GFLOPS" in lines[0]
 
 
 def test_pooled_runs_refuse_files_from_different_machines(tmp_path):
