@@ -75,6 +75,10 @@ def main() -> None:
     parser.add_argument("--stuck", type=float, default=None,
                         help="also count the runs below this fraction of the op's median best (e.g. 0.8)")
     args = parser.parse_args()
+    if args.stuck is not None and args.stuck <= 0:
+        sys.exit(f"--stuck must be a fraction above 0 (e.g. 0.8), got {args.stuck}")
+    if args.trials is not None and args.trials < 1:
+        sys.exit(f"--trials must be a positive number of trials, got {args.trials}")
     try:
         rename = dict(pair.split("=", 1) for pair in args.rename.split(",") if pair)
     except ValueError:
@@ -88,11 +92,7 @@ def main() -> None:
         sys.exit(str(err))
     except (KeyError, TypeError, AttributeError) as err:
         sys.exit(f"not a compare_tuners.py result file (a JSON object with a list of runs): {err}")
-    if args.stuck is not None and args.stuck <= 0:
-        sys.exit(f"--stuck must be a fraction above 0 (e.g. 0.8), got {args.stuck}")
     if args.trials is not None:
-        if args.trials < 1:
-            sys.exit(f"--trials must be a positive number of trials, got {args.trials}")
         runs = [cut_at(run, args.trials) for run in runs]
     rows = summarise(runs)
     print(format_table(rows))

@@ -148,7 +148,7 @@ class GADQNTuner(PopulationTuner):
         if self.n_knobs > self.max_knobs:
             raise ValueError(f"the task has {self.n_knobs} knobs but the agent handles at most {self.max_knobs}")
         self._level_tables = [self._level_table(knob) for knob in self.space.knobs]
-        self._knob_constants = self._knob_constant_rows()
+        self._knob_constants = self._knob_constant_rows() if self.per_knob else None
 
     @staticmethod
     def default_dqn(mutation: str) -> dict:
@@ -232,9 +232,9 @@ class GADQNTuner(PopulationTuner):
         """The features of ``_knob_rows`` that do not change with the child (zero for padding)."""
         constants = np.zeros((self.max_knobs, 4 + self.max_knobs), np.float32)
         for i, knob in enumerate(self.space.knobs):
-            split = [e for e in knob.entities if isinstance(e, SplitEntity)]
-            extent = float(np.prod(split[0].size)) if split else 1.0
-            constants[i, :4] = (self.dims[i] > 1, np.log2(self.dims[i]) / 16, np.log2(extent) / 16, bool(split))
+            split = knob.kind == "sp"
+            extent = float(np.prod(knob.entities[0].size)) if split else 1.0
+            constants[i, :4] = (self.dims[i] > 1, np.log2(self.dims[i]) / 16, np.log2(extent) / 16, split)
             constants[i, 4 + i] = 1.0
         return constants
 
