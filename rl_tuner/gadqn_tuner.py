@@ -68,6 +68,13 @@
   every seed where "flat" misses some, and its children beat their parents more often on the
   real ops (0.242 against 0.224 for the ablation), but the best found was level (1.007 of the
   ablation on six fresh seeds) and it costs a little more time; kept as an option.
+- ``candidates`` ("children", default): each of a slot's 16 candidates is bred from its own
+  parent pair, so the screen model chooses mostly among parents, and a candidate's move is one
+  of many things that differ. "moves": one crossover child per slot, its candidates differing
+  only in the mutation move, the agent's 16 best of about 200 (the ablation: 16 distinct
+  uniform moves), so that the agent's ranking alone decides what the model can choose from.
+  Measured (benchmarks/README.md): 1.017 of its own ablation on six fresh seeds of the three
+  ops (90% interval 0.872-1.084), level; kept as an option.
 
 States and actions are padded to ``max_knobs`` (invalid actions masked), so a saved agent can
 start on another task with a different knob count.
@@ -90,6 +97,7 @@ REWARDS = ("improvement", "score", "r1", "r2", "r3")
 MODES = ("train", "greedy", "continue")
 POLICIES = ("dqn", "random")
 Q_NETWORKS = ("flat", "per_knob")
+CANDIDATES = ("children", "moves")
 MUTATIONS = ("directed", "mixed", "local", "redraw")
 # the moves of the mutation agent's actions, per ``mutation``: a direction is an index into DIRECTIONS
 MOVES = {"directed": (*range(len(DIRECTIONS)), "redraw"), "mixed": ("local", "redraw")}
@@ -104,10 +112,10 @@ class GADQNTuner(PopulationTuner):
                  reward_cap: float = 2.0, stall_state: bool = False, screen: int = 16, spread: float = 1.0,
                  restart_after: int | None = None, immigrants: int | None = None, immigrant_pool: int = 512,
                  screen_scope: str = "slot", agent_weight: float = 0.0, q_network: str = "flat",
-                 seed: int | None = None) -> None:
+                 candidates: str = "children", seed: int | None = None) -> None:
         for name, value, allowed in (("reward", reward, REWARDS), ("action_policy", action_policy, POLICIES),
                                      ("mode", mode, MODES), ("mutation", mutation, MUTATIONS),
-                                     ("q_network", q_network, Q_NETWORKS)):
+                                     ("q_network", q_network, Q_NETWORKS), ("candidates", candidates, CANDIDATES)):
             if value not in allowed:
                 raise ValueError(f"unknown {name} {value!r}; allowed: {', '.join(allowed)}")
         if mode != "train" and not checkpoint:
@@ -116,6 +124,7 @@ class GADQNTuner(PopulationTuner):
                          immigrants=self.default_immigrants(pop_size, elite_num, screen) if immigrants is None else immigrants,
                          immigrant_pool=immigrant_pool, screen_scope=screen_scope, seed=seed)
         self.reward_name, self.action_policy, self.mode = reward, action_policy, mode
+        self.candidates = candidates
         self.moves = MOVES.get(mutation, (mutation,))
         self.failure_penalty, self.reward_cap = failure_penalty, reward_cap
         if isinstance(spread, bool) or not isinstance(spread, (int, float)) or not 0.0 <= spread <= 1.0:
@@ -310,16 +319,46 @@ class GADQNTuner(PopulationTuner):
         return action % self.max_knobs, self.moves[action // self.max_knobs]
 
     # -- choices: the networks, or the uniform ablation
-    def _choose(self, agent: DQNAgent, states: np.ndarray, masks: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    def _choose(self, agent: DQNAgent, states: np.ndarray, masks: np.ndarray,
+                group: int = 1) -> tuple[np.ndarray, np.ndarray | None]:
         """One action per state (a batch, one forward pass), and the Q rows they came from
-        (``None`` for the ablation's uniform choices)."""
+        (``None`` for the ablation's uniform choices). ``group`` > 1: runs of that many states
+        are one child's (``candidates="moves"``), and each run takes distinct actions, the
+        agent's best ones in order (with ``spread``) or, for the ablation, distinct uniform ones."""
         if self.action_policy == "random":
+            if group > 1:
+                return self._distinct_uniform(masks, group), None
             return np.array([self.rng.choice(np.flatnonzero(m)) for m in masks], np.int64), None
         ranks = None
         if self.spread > 0 and len(states) > 1:
             width = np.maximum(np.ceil(self.spread * masks.sum(axis=1)).astype(np.int64), 1)
-            ranks = np.arange(len(states)) % width
-        return agent.act_batch(states, masks, ranks)
+            ranks = (np.arange(len(states)) % group if group > 1 else np.arange(len(states))) % width
+        actions, q = agent.act_batch(states, masks, ranks)
+        return (self._distinct_in_groups(actions, q, masks, group) if group > 1 else actions), q
+
+    @staticmethod
+    def _distinct_in_groups(actions: np.ndarray, q: np.ndarray, masks: np.ndarray, group: int) -> np.ndarray:
+        """An exploring pick can land on a move another candidate of the same child took: it
+        becomes the best-Q valid move not yet taken in its run (kept when there is none)."""
+        actions = actions.copy()
+        for start in range(0, len(actions), group):
+            used: set[int] = set()
+            for n in range(start, min(start + group, len(actions))):
+                if actions[n] in used:
+                    free = [a for a in np.argsort(-q[n], kind="stable") if masks[n][a] and a not in used]
+                    actions[n] = free[0] if free else actions[n]
+                used.add(int(actions[n]))
+        return actions
+
+    def _distinct_uniform(self, masks: np.ndarray, group: int) -> np.ndarray:
+        """Uniform actions, distinct within each run of ``group`` rows (cycling when a run is
+        longer than its valid actions): the ablation of an agent's top moves for one child."""
+        actions = np.empty(len(masks), np.int64)
+        for start in range(0, len(masks), group):
+            order = self.rng.permutation(np.flatnonzero(masks[start]))
+            stop = min(start + group, len(masks))
+            actions[start:stop] = order[np.arange(stop - start) % len(order)]
+        return actions
 
     def _model_pick(self, members: list[Member]) -> Member:
         """The screen's pick among a slot's candidates. With ``agent_weight`` w > 0 the mutation
@@ -355,21 +394,25 @@ class GADQNTuner(PopulationTuner):
         """``count`` children: each agent scores all of its states in one forward pass (the
         screen breeds 16 per measured trial, so acting one state at a time was most of the
         tuner's own time)."""
-        pairs = self.select_parent_pairs(parents, probs, count)
+        group = min(self.screen, count) if self.candidates == "moves" else 1
+        pairs = self.select_parent_pairs(parents, probs, -(-count // group))
         infos: list[dict] = [{"parent_best": max(p1.score or 0.0, p2.score or 0.0)} for p1, p2 in pairs]
         if self.n_knobs > 1:
             states = self._crossover_states(pairs)
-            masks = np.repeat(self.crossover_mask()[None], count, axis=0)
+            masks = np.repeat(self.crossover_mask()[None], len(pairs), axis=0)
             actions, _ = self._choose(self.crossover_agent, states, masks)
             children = [p1.knob[: a + 1] + p2.knob[a + 1:] for (p1, p2), a in zip(pairs, actions)]  # a cuts before a+1
             for info, state, action in zip(infos, states, actions):
                 info["crossover"] = (state, int(action))
         else:
             children = [list(p1.knob) for p1, _ in pairs]
+        if group > 1:  # each crossover child is the start of ``group`` candidates that differ in their move
+            children = [list(children[n // group]) for n in range(count)]
+            infos = [dict(infos[n // group]) for n in range(count)]
         states = self._mutation_states(children, [self._fitness(info["parent_best"]) for info in infos],
                                        self.stalled_generations)
         masks = self.mutation_masks([self.space.knob2point(child) not in taken for child in children], children)
-        actions, q = self._choose(self.mutation_agent, states, masks)
+        actions, q = self._choose(self.mutation_agent, states, masks, group)
         for n, (child, info, action) in enumerate(zip(children, infos, actions)):
             info["mutation"] = (states[n], int(action), masks[n])
             info["mutation_q"] = None if q is None else q[n]

@@ -316,6 +316,40 @@ def test_spread_keeps_the_screened_candidates_diverse():
             GADQNTuner(task, spread=bad)
 
 
+@pytest.mark.parametrize("policy", ["dqn", "random"])
+def test_move_candidates_share_one_child_and_differ_in_their_move(policy):
+    """``candidates="moves"``: a slot's candidates are one crossover child with distinct
+    mutation actions, the agent's best first (or distinct uniform ones for the ablation)."""
+    task = nk_landscape(seed=0)
+    tuner = GADQNTuner(task, candidates="moves", action_policy=policy, seed=0)
+    slots = []
+    breed = tuner.breed_batch
+
+    def recording(parents, probs, taken, count):
+        children = breed(parents, probs, taken, count)
+        if count > 1:
+            slots.append(children)
+        return children
+
+    tuner.breed_batch = recording
+    run(tuner, task, 120)
+    assert slots and all(len(slot) == tuner.screen for slot in slots)
+    for slot in slots:
+        infos = [info for _, info in slot]
+        assert len({(tuple(i["crossover"][0]), i["crossover"][1]) for i in infos}) == 1  # one parent pair, one cut
+        actions = [i["mutation"][1] for i in infos]
+        assert len(set(actions)) == len(actions)
+    if policy == "dqn":  # without exploration, the candidates are the agent's top moves in order
+        tuner.mutation_agent.training = False
+        children = breed(tuner.parents, tuner.parent_probs, set(), tuner.screen)
+        _, _, mask = children[0][1]["mutation"]
+        q = np.where(mask, children[0][1]["mutation_q"], -np.inf)
+        chosen = q[[info["mutation"][1] for _, info in children]]
+        np.testing.assert_allclose(chosen, np.sort(q)[::-1][: tuner.screen], rtol=0, atol=1e-8)
+    with pytest.raises(ValueError, match="candidates"):
+        GADQNTuner(task, candidates="pairs")
+
+
 def test_the_command_line_passes_every_gadqn_option():
     """``tools.tuners`` keeps only the options it knows for each tuner name: every keyword of
     GA-DQN must be among them, or a config's setting is silently dropped."""
