@@ -71,9 +71,9 @@
 - ``candidates`` ("children", default): each of a slot's 16 candidates is bred from its own
   parent pair, so the screen model chooses mostly among parents, and a candidate's move is one
   of many things that differ. "moves": one crossover child per slot, its candidates differing
-  only in the mutation move, the agent's 16 best of about 200 (the ablation: 16 distinct
-  uniform moves), so that the agent's ranking alone decides what the model can choose from.
-  Measured (benchmarks/README.md): 1.017 of its own ablation on six fresh seeds of the three
+  only in the mutation move, the agent's 16 best valid ones (up to 24 a knob: 23 directions
+  and a redraw; the ablation: 16 distinct uniform ones), so that the agent's ranking alone
+  decides what the model can choose from. Measured (benchmarks/README.md): 1.017 of its own ablation on six fresh seeds of the three
   ops (90% interval 0.872-1.084), level; kept as an option.
 
 States and actions are padded to ``max_knobs`` (invalid actions masked), so a saved agent can
