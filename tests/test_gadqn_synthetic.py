@@ -286,21 +286,30 @@ def test_ranked_acting_spreads_a_batch_over_the_best_actions():
     assert list(actions) == [2, 4, 0, 5, 1, 2]
 
 
+def _screened_slots(tuner: GADQNTuner, task, trials: int) -> list[tuple[int, list]]:
+    """Tune, and return every slot's screened candidates (children and infos) with the number
+    of trials measured when they were bred."""
+    slots = []
+    breed = tuner.breed_batch
+
+    def recording(parents, probs, taken, count):
+        children = breed(parents, probs, taken, count)
+        if count > 1:
+            slots.append((len(tuner.history), children))
+        return children
+
+    tuner.breed_batch = recording
+    run(tuner, task, trials)
+    return slots
+
+
 def _distinct_knobs_per_slot(spread: float, seed: int) -> float:
     """Mean number of distinct mutated knobs among the screen's candidates of a slot."""
     task = nk_landscape(seed=seed)
     tuner = GADQNTuner(task, spread=spread, seed=seed)
-    counts: list[int] = []
-    breed = tuner.breed_batch
-
-    def counting(parents, probs, taken, count):
-        children = breed(parents, probs, taken, count)
-        if count > 1 and len(tuner.history) >= 100:  # epsilon has decayed: the agent exploits
-            counts.append(len({tuner.decode_mutation(info["mutation"][1])[0] for _, info in children}))
-        return children
-
-    tuner.breed_batch = counting
-    run(tuner, task, 200)
+    counts = [len({tuner.decode_mutation(info["mutation"][1])[0] for _, info in children})
+              for trials, children in _screened_slots(tuner, task, 200)
+              if trials >= 100]  # epsilon has decayed: the agent exploits
     return float(np.mean(counts))
 
 
@@ -322,17 +331,7 @@ def test_move_candidates_share_one_child_and_differ_in_their_move(policy):
     mutation actions, the agent's best first (or distinct uniform ones for the ablation)."""
     task = nk_landscape(seed=0)
     tuner = GADQNTuner(task, candidates="moves", action_policy=policy, seed=0)
-    slots = []
-    breed = tuner.breed_batch
-
-    def recording(parents, probs, taken, count):
-        children = breed(parents, probs, taken, count)
-        if count > 1:
-            slots.append(children)
-        return children
-
-    tuner.breed_batch = recording
-    run(tuner, task, 120)
+    slots = [children for _, children in _screened_slots(tuner, task, 120)]
     assert slots and all(len(slot) == tuner.screen for slot in slots)
     for slot in slots:
         infos = [info for _, info in slot]
@@ -341,7 +340,7 @@ def test_move_candidates_share_one_child_and_differ_in_their_move(policy):
         assert len(set(actions)) == len(actions)
     if policy == "dqn":  # without exploration, the candidates are the agent's top moves in order
         tuner.mutation_agent.training = False
-        children = breed(tuner.parents, tuner.parent_probs, set(), tuner.screen)
+        children = tuner.breed_batch(tuner.parents, tuner.parent_probs, set(), tuner.screen)
         _, _, mask = children[0][1]["mutation"]
         q = np.where(mask, children[0][1]["mutation_q"], -np.inf)
         chosen = q[[info["mutation"][1] for _, info in children]]
