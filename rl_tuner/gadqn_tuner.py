@@ -59,7 +59,9 @@
   which of a slot's candidates is measured, a rank sum of the model's ranking and w times the
   ranking by the Q of each candidate's move. Measured (benchmarks/README.md), w = 1: 1.045 of
   the ablation on seeds 0-5 of C1 and R3x3, where it was chosen, but 0.954 on fresh seeds 6-11
-  of every op; kept as an option, not the default.
+  of every op; kept as an option, not the default. Why (``benchmarks/agent_signal.py``, every
+  candidate of some slots measured): inside a slot the model ranks the candidates 2-5 times
+  better than Q, so weight on Q helped R3x3 and hurt C1 and MM512.
 - ``q_network`` ("flat", default): the mutation agent's network has one output per (move, knob),
   553 with directions, and a run gives it about 190 transitions, so most outputs never train.
   "per_knob" (``dqn.EntityQNetwork``) gives every knob a row of features (gene, split levels,
