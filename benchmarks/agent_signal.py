@@ -107,22 +107,23 @@ def run_one(op: str, seed: int, trials: int, measure_option: dict, slots_every: 
            "state_dim": tuner.mutation_agent.state_dim, "n_actions": tuner.mutation_agent.n_actions,
            "records": tuner.records, "slots": tuner.slots, "slots_every": slots_every}
     if tuner.slots:
-        measure_slots(task, tuner.slots, measure_option)
+        measure_slots(tuner, tuner.slots, measure_option)
         for slot in tuner.slots:
             slot["picked_in_run"] = tuner.scores[slot["indices"][slot["picked"]]] / 1e9
     return run
 
 
-def measure_slots(task, slots: list[dict], measure_option: dict) -> None:
+def measure_slots(tuner: GADQNTuner, slots: list[dict], measure_option: dict) -> None:
     """Measure every recorded candidate after the run (``gflops``; 0 for a failure). The picked
     one is measured a second time (``picked_in_run`` is the first): the measurement noise."""
+    task = tuner.task
     measure = create_measure_batch(task, measure_option)
     points = sorted({i for slot in slots for i in slot["indices"]})
     gflops = {}
     for start in range(0, len(points), 32):
         chunk = points[start:start + 32]
         results = measure([MeasureInput(task.target, task, task.config_space.get(i)) for i in chunk])
-        gflops |= {i: task.flop / r.mean_cost / 1e9 if r.ok and r.mean_cost > 0 else 0.0 for i, r in zip(chunk, results)}
+        gflops |= {i: tuner.flops_of(r) / 1e9 for i, r in zip(chunk, results)}
     for slot in slots:
         slot["gflops"] = [gflops[i] for i in slot["indices"]]
 
@@ -208,7 +209,7 @@ def analyse(runs: list[dict], steps: int) -> dict:
         group = [run for run in runs if f"{run['op']} {run.get('policy', 'dqn')}" == key]
         mine = [r for run in group for r in run["records"]]
         scored = [r for r in mine if r["q"] is not None]
-        held = held_out_scores(group, steps)
+        held = held_out_scores(group, steps) if len(group) > 1 else []  # a single run has no others to learn from
         views = {"in-run Q vs model": (scored, ["q", "model_score"]),
                  "pooled Q vs model": (held, ["pooled_q", "model_score"]),
                  "move mean vs model": (held, ["move_mean", "model_score"])}
@@ -222,22 +223,7 @@ def analyse(runs: list[dict], steps: int) -> dict:
     return result
 
 
-def slot_best_so_far(run: dict) -> list[float]:
-    """The best GFLOPS known when each recorded slot was screened. Runs recorded before
-    ``best_gflops`` was kept get it from the measured child of the same pick: the k-th screened
-    pick is the k-th record (checked by the model score), whose score is GFLOPS over that best."""
-    if all("best_gflops" in slot for slot in run["slots"]):
-        return [slot["best_gflops"] for slot in run["slots"]]
-    every = run.get("slots_every") or 3
-    out = []
-    for j, slot in enumerate(run["slots"]):
-        record = run["records"][every * (j + 1) - 1]
-        assert abs(record["model_score"] - slot["model_score"][slot["picked"]]) < 1e-6, "slot and record differ"
-        out.append(slot["picked_in_run"] / record["score"] if record["score"] > 0 else float("nan"))
-    return out
-
-
-def slot_analysis(runs: list[dict], weights: tuple[float, ...] = (0.0, 0.1, 0.25, 0.5, 1.0)) -> dict:
+def slot_analysis(runs: list[dict], weights: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0)) -> dict:
     """Over the slots whose every candidate was measured, per op and policy:
 
     - what the candidate set is worth: its best and its mean over the best GFLOPS known then
@@ -252,8 +238,8 @@ def slot_analysis(runs: list[dict], weights: tuple[float, ...] = (0.0, 0.1, 0.25
             continue
         key = f"{run['op']} {run.get('policy', 'dqn')}"
         acc = out.setdefault(key, {"set_best": [], "set_mean": [], "noise": [], "rho": {"model": [], "q": []}, "picks": {}})
-        for slot, best in zip(run["slots"], slot_best_so_far(run)):
-            g = np.array(slot["gflops"], np.float64)
+        for slot in run["slots"]:
+            g, best = np.array(slot["gflops"], np.float64), slot["best_gflops"]
             if g.max() <= 0:
                 continue
             acc["set_best"].append(g.max() / best)
@@ -273,7 +259,7 @@ def slot_analysis(runs: list[dict], weights: tuple[float, ...] = (0.0, 0.1, 0.25
             picks.setdefault("model", []).append(g[int(np.argmax(model))] / g.max())
             if q is not None:
                 z = [(x - x.mean()) / x.std() if x.std() > 0 else np.zeros_like(x) for x in (model, q)]
-                for w in weights[1:]:
+                for w in weights:
                     picks.setdefault(f"model + {w:g} q", []).append(g[int(np.argmax(z[0] + w * z[1]))] / g.max())
                 picks.setdefault("q alone", []).append(g[int(np.argmax(q))] / g.max())
     return {key: {"slots": len(acc["set_best"]),
@@ -286,8 +272,8 @@ def slot_analysis(runs: list[dict], weights: tuple[float, ...] = (0.0, 0.1, 0.25
 
 
 def report(result: dict) -> None:
-    for op, views in result.items():
-        print(f"{op}: {views['children']} measured children bred by the agents, {views['agent_chosen']} with an agent's Q")
+    for key, views in result.items():
+        print(f"{key}: {views['children']} measured children bred by the agents, {views['agent_chosen']} with an agent's Q")
         for name, rows in views.items():
             if isinstance(rows, dict):
                 cells = ", ".join(f"{k} {v['r']:+.3f} ({v['interval'][0]:+.3f} to {v['interval'][1]:+.3f})"
