@@ -25,12 +25,19 @@ candidates are (their best and mean over the best known then; ``--policy random`
 ablation's uniform candidates), how well the model and Q rank them, and what the candidate each
 way of picking would measure is worth against the slot's best.
 
+Each run also keeps its measurements in order (``history``) and each recorded slot the number
+the screen model was fit on (``fit_count``), so ``--analyse`` can refit other screen models on
+exactly what the run knew at that slot and score them on its measured candidates (the
+seventeenth session's comparison of ``screen_model`` "rank" and "reg").
+
     python benchmarks/agent_signal.py --seeds 6 --first-seed 60 --out benchmarks/results/agent_signal_seeds60-65.json
     python benchmarks/agent_signal.py --analyse benchmarks/results/agent_signal_seeds60-65.json
     python benchmarks/agent_signal.py --seeds 2 --first-seed 70 --slots-every 3 --out benchmarks/results/agent_signal_slots_seeds70-71.json
     python benchmarks/agent_signal.py --policy random --seeds 2 --first-seed 70 --slots-every 3 \
         --out benchmarks/results/agent_signal_slots_ablation_seeds70-71.json
     python benchmarks/agent_signal.py --analyse benchmarks/results/agent_signal_slots_*seeds70-71.json
+    python benchmarks/agent_signal.py --seeds 2 --first-seed 80 --slots-every 2 \
+        --out benchmarks/results/agent_signal_slots_history_seeds80-81.json
 
 Each interval is a 90% bootstrap over runs.
 """
@@ -50,6 +57,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import autotvm  # noqa: E402
 from autotvm.measure.measure import MeasureInput, create_measure_batch  # noqa: E402
+from autotvm.tuner.cost_model import XGBCostModel  # noqa: E402
 from rl_tuner import GADQNTuner  # noqa: E402
 from rl_tuner.dqn import DQNAgent, DQNConfig  # noqa: E402
 from tools.compare import machine_description  # noqa: E402
@@ -66,6 +74,11 @@ class RecordingTuner(GADQNTuner):
         self.records: list[dict] = []
         self.slots: list[dict] = []
         self.slots_every, self._screened = slots_every, 0
+        self._fit_count = 0  # measurements the screen model was last fit on
+
+    def _fit_screen_model(self) -> None:
+        super()._fit_screen_model()
+        self._fit_count = len(self.scores)
 
     def _model_pick(self, members):
         pick = super()._model_pick(members)
@@ -76,7 +89,7 @@ class RecordingTuner(GADQNTuner):
             if self.slots_every and self._screened % self.slots_every == 0 and len(members) > 1:
                 self.slots.append({
                     "trial": len(self.history), "generation": self.generation, "picked": members.index(pick),
-                    "best_gflops": self.best_flops / 1e9,
+                    "fit_count": self._fit_count, "best_gflops": self.best_flops / 1e9,
                     "indices": [m.index for m in members], "model_score": scores.tolist(),
                     "q": [None if m.info.get("mutation_q") is None else float(m.info["mutation_q"][m.info["mutation"][1]])
                           for m in members]})
@@ -105,7 +118,8 @@ def run_one(op: str, seed: int, trials: int, measure_option: dict, slots_every: 
     tuner.tune(trials, measure_option)
     run = {"op": op, "seed": seed, "policy": policy, "best_gflops": tuner.best_flops / 1e9, "wall_seconds": time.perf_counter() - start,
            "state_dim": tuner.mutation_agent.state_dim, "n_actions": tuner.mutation_agent.n_actions,
-           "records": tuner.records, "slots": tuner.slots, "slots_every": slots_every}
+           "records": tuner.records, "slots": tuner.slots, "slots_every": slots_every,
+           "history": [[index, flops / 1e9] for index, flops in tuner.scores.items()]}
     if tuner.slots:
         measure_slots(tuner, tuner.slots, measure_option)
         for slot in tuner.slots:
@@ -271,6 +285,48 @@ def slot_analysis(runs: list[dict], weights: tuple[float, ...] = (0.1, 0.25, 0.5
             for key, acc in out.items()}
 
 
+SCREENS = {"rank, knob features": ("rank", "feature_matrix"), "reg, knob features": ("reg", "feature_matrix"),
+           "reg, knob and tile features": ("reg", "tile_feature_matrix")}
+
+
+def screen_model_analysis(runs: list[dict]) -> dict:
+    """Refit each way of screening on what the run had measured when the slot was screened (the
+    run's ``history`` up to the slot's ``fit_count``), then score the slot's measured candidates:
+    within-slot Spearman correlation and the pick over the slot's best, per op. "rank, knob
+    features" is the screen the runs used (its refit reproduces the recorded scores)."""
+    out, spaces = {}, {}
+    for run in runs:
+        if not run.get("history") or not run.get("slots") or "gflops" not in run["slots"][0]:
+            continue
+        if run["op"] not in spaces:
+            spaces[run["op"]] = autotvm.task.create_from_primfunc(workload(run["op"]), "llvm", name=run["op"]).config_space
+        space = spaces[run["op"]]
+        knobs = np.array([space.point2knob(index) for index, _ in run["history"]], dtype=np.int64)
+        gflops = np.array([g for _, g in run["history"]])
+        for slot in run["slots"]:
+            g = np.array(slot["gflops"], np.float64)
+            if g.max() <= 0 or np.ptp(g) == 0:
+                continue
+            n, candidates = slot["fit_count"], np.array([space.point2knob(i) for i in slot["indices"]], dtype=np.int64)
+            for name, (loss, features) in SCREENS.items():
+                model = XGBCostModel(loss, seed=0)
+                model.fit(getattr(space, features)(knobs[:n]), gflops[:n])
+                scores = model.predict(getattr(space, features)(candidates))
+                acc = out.setdefault(run["op"], {}).setdefault(name, {"rho": [], "pick": []})
+                acc["rho"].append(float(np.corrcoef(rankdata(scores), rankdata(g))[0, 1]) if np.ptp(scores) > 0 else 0.0)
+                acc["pick"].append(g[int(np.argmax(scores))] / g.max())
+    return {op: {name: {"slots": len(acc["pick"]), "spearman": float(np.mean(acc["rho"])),
+                        "pick_over_slot_best": float(np.mean(acc["pick"]))} for name, acc in rows.items()}
+            for op, rows in out.items()}
+
+
+def report_screen_models(result: dict) -> None:
+    for op, rows in result.items():
+        for name, row in rows.items():
+            print(f"{op:6} {name:28} {row['slots']:4} slots: within-slot Spearman {row['spearman']:.3f}, "
+                  f"the pick over the slot's best {row['pick_over_slot_best']:.3f}")
+
+
 def report(result: dict) -> None:
     for key, views in result.items():
         print(f"{key}: {views['children']} measured children bred by the agents, {views['agent_chosen']} with an agent's Q")
@@ -324,6 +380,8 @@ def main() -> None:
     report(data["analysis"])
     data["slot_analysis"] = slot_analysis(data["runs"])
     report_slots(data["slot_analysis"])
+    data["screen_models"] = screen_model_analysis(data["runs"])
+    report_screen_models(data["screen_models"])
     if not args.analyse:
         json.dump(data, open(args.out, "w"))
 

@@ -114,7 +114,7 @@ class GADQNTuner(PopulationTuner):
                  reward_cap: float = 2.0, stall_state: bool = False, screen: int = 16, spread: float = 1.0,
                  restart_after: int | None = None, immigrants: int | None = None, immigrant_pool: int = 512,
                  screen_scope: str = "slot", agent_weight: float = 0.0, q_network: str = "flat",
-                 candidates: str = "children", seed: int | None = None) -> None:
+                 candidates: str = "children", screen_model: str = "rank", seed: int | None = None) -> None:
         for name, value, allowed in (("reward", reward, REWARDS), ("action_policy", action_policy, POLICIES),
                                      ("mode", mode, MODES), ("mutation", mutation, MUTATIONS),
                                      ("q_network", q_network, Q_NETWORKS), ("candidates", candidates, CANDIDATES)):
@@ -124,7 +124,7 @@ class GADQNTuner(PopulationTuner):
             raise ValueError(f"mode {mode!r} needs checkpoint=<path of a saved agent>")
         super().__init__(task, pop_size=pop_size, elite_num=elite_num, screen=screen, restart_after=restart_after,
                          immigrants=self.default_immigrants(pop_size, elite_num, screen) if immigrants is None else immigrants,
-                         immigrant_pool=immigrant_pool, screen_scope=screen_scope, seed=seed)
+                         immigrant_pool=immigrant_pool, screen_scope=screen_scope, screen_model=screen_model, seed=seed)
         self.reward_name, self.action_policy, self.mode = reward, action_policy, mode
         self.candidates = candidates
         self.moves = MOVES.get(mutation, (mutation,))

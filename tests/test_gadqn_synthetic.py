@@ -450,6 +450,26 @@ def test_unknown_screen_scope_is_refused():
         GADQNTuner(one_knob_dominates(), screen_scope="batch")
 
 
+def test_unknown_screen_model_is_refused():
+    with pytest.raises(ValueError, match="screen_model 'svm'; allowed: rank, reg"):
+        GADQNTuner(one_knob_dominates(), screen_model="svm")
+    with pytest.raises(ValueError, match="screen_model 'svm'; allowed: rank, reg"):
+        GATuner(one_knob_dominates(), screen_model="svm")
+
+
+@pytest.mark.parametrize("screen_model", ["reg", "rank"])
+def test_both_screen_models_steer_breeding_to_better_configs(screen_model):
+    """Either screen model steers breeding on a smooth objective: the last children measured
+    beat the random first generation, within the exact budget and without repeats."""
+    smooth = SyntheticTask((8, 8, 8, 8), lambda k: 1.0 + sum(k))
+    tuner = run(GADQNTuner(smooth, pop_size=8, elite_num=2, screen=4, immigrants=0, screen_model=screen_model, seed=1),
+                smooth, 64)
+    assert len(tuner.history) == 64 and len({h["index"] for h in tuner.history}) == 64
+    first = [h["index"] for h in tuner.history[:8]]
+    later = [h["index"] for h in tuner.history[-24:]]
+    assert _mean_objective(smooth, later) > _mean_objective(smooth, first) + 5
+
+
 @pytest.mark.parametrize("q_network", ["flat", "per_knob"])
 def test_directed_mutation_learns_which_way_to_move_a_tile(tmp_path, q_network):
     task = inner_tiles()

@@ -100,6 +100,22 @@ def test_knob_features_match_feature_matrix():
         np.testing.assert_allclose(row, space.get(space.knob2point(knob)).get_flatten_feature())
 
 
+def test_tile_features_are_the_log2_tile_sizes_under_each_level():
+    space = ConfigSpace()
+    space.define_split("i", 64, num_outputs=3)
+    space.define_split("j", 16, num_outputs=2)
+    space.define_knob("unroll", [0, 16, 64])
+    rng = np.random.default_rng(3)
+    knobs = np.array([space.point2knob(p) for p in space.sample_ints(30, rng)])
+    plain, tiles = space.feature_matrix(knobs), space.tile_feature_matrix(knobs)
+    assert tiles.shape == (30, plain.shape[1] + 2 + 1 + 2)  # i: 2 inner tiles, j: 1, then 2 sums
+    np.testing.assert_array_equal(tiles[:, :plain.shape[1]], plain)
+    for row, knob in zip(tiles[:, plain.shape[1]:], knobs):
+        (_, i1, i2), (j0, j1) = space.knobs[0].entities[knob[0]].size, space.knobs[1].entities[knob[1]].size
+        expected = np.log2([i1 * i2, i2, j1, i2 * j1, i1 * i2 * j0 * j1])
+        np.testing.assert_allclose(row, expected, atol=1e-6)
+
+
 def test_large_space_is_exact():
     space = ConfigSpace()
     for i in range(12):

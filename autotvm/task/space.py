@@ -438,6 +438,35 @@ class ConfigSpace:
         knobs = np.asarray(knobs, dtype=np.int64).reshape(-1, len(self.knobs))
         return np.concatenate([table[knobs[:, i]] for i, table in enumerate(self._feature_tables)], axis=1)
 
+    def tile_feature_matrix(self, knobs: np.ndarray) -> np.ndarray:
+        """``feature_matrix`` plus the sizes of the tiles that splits make, for a tree model.
+
+        A split knob's features are its factors' log2; what decides speed is mostly the size of
+        the tile inside each level (the product of the inner factors: what must fit a register
+        file or a cache), which a tree would need many cuts to rebuild from a sum. So each split
+        knob adds the log2 of its tile under every level but the outermost, and two columns sum
+        the innermost and the two innermost levels over all splits (the register tile's volume).
+        Within a screened slot this ranked the measured candidates better (benchmarks/README.md)."""
+        if not hasattr(self, "_tile_tables"):
+            self._tile_tables = []
+            for kn in self.knobs:
+                if kn.entities and all(isinstance(e, SplitEntity) for e in kn.entities):
+                    logs = np.array([[math.log2(f) for f in e.size] for e in kn.entities], dtype=np.float32)
+                    inner = np.cumsum(logs[:, ::-1], axis=1)[:, ::-1]  # log2 of the tile under each level
+                    self._tile_tables.append((inner[:, 1:], inner[:, -1], inner[:, -2] if logs.shape[1] > 1 else inner[:, -1]))
+                else:
+                    self._tile_tables.append(None)
+        knobs = np.asarray(knobs, dtype=np.int64).reshape(-1, len(self.knobs))
+        columns, innermost, two_innermost = [self.feature_matrix(knobs)], np.zeros(len(knobs)), np.zeros(len(knobs))
+        for i, tables in enumerate(self._tile_tables):
+            if tables is not None:
+                tiles, last, last_two = tables
+                columns.append(tiles[knobs[:, i]])
+                innermost += last[knobs[:, i]]
+                two_innermost += last_two[knobs[:, i]]
+        columns.append(np.stack([innermost, two_innermost], axis=1).astype(np.float32))
+        return np.concatenate(columns, axis=1)
+
     def from_json_dict(self, json_dict: dict) -> "ConfigEntity":
         """Rebuild a config from ``ConfigEntity.to_json_dict``; the entities must match this space."""
         entity = json_dict.get("entity")

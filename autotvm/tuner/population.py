@@ -35,6 +35,13 @@ measured best first by the model, as MetaSchedule measures the top of a model-ra
 It is greedier (the top of the whole pool, not the best of each slot's 16) and cheaper (one
 forward pass and one prediction a generation). Measured, it was no better than per-slot
 screening on the real ops and stalled more (benchmarks/README.md), so "slot" is the default.
+
+``screen_model`` is the model that screens: "rank" (the default) is AutoTVM's pairwise-rank
+model on the knob features; "reg" regresses the measured FLOP/s on the knob features and the
+tile sizes (``ConfigSpace.tile_feature_matrix``). Refit on real runs' measurements, "reg" ranked
+a slot's measured candidates much better (within-slot Spearman 0.62-0.66 against 0.29-0.40, its
+pick 83-93% of the slot's best against 65-82%), yet the best found in 200 trials was no higher
+(0.959 of "rank" for GA-DQN on three fresh seeds; benchmarks/README.md), so it is an option.
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ from .cost_model import XGBCostModel
 from .tuner import Tuner
 
 SCREEN_SCOPES = ("slot", "generation")
+SCREEN_MODELS = ("rank", "reg")
 
 
 def _check_count(name: str, value: Any, low: int, meaning: str = "") -> None:
@@ -72,10 +80,12 @@ class PopulationTuner(Tuner):
 
     def __init__(self, task: Any, pop_size: int = 100, elite_num: int = 3, screen: int = 1,
                  restart_after: int | None = None, immigrants: int = 0, immigrant_pool: int = 512,
-                 screen_scope: str = "slot", seed: int | None = None) -> None:
+                 screen_scope: str = "slot", screen_model: str = "rank", seed: int | None = None) -> None:
         super().__init__(task, seed=seed)
         if screen_scope not in SCREEN_SCOPES:
             raise ValueError(f"unknown screen_scope {screen_scope!r}; allowed: {', '.join(SCREEN_SCOPES)}")
+        if screen_model not in SCREEN_MODELS:
+            raise ValueError(f"unknown screen_model {screen_model!r}; allowed: {', '.join(SCREEN_MODELS)}")
         if pop_size < 2:
             raise ValueError(f"pop_size must be >= 2, got {pop_size}")
         if not 0 <= elite_num < pop_size:
@@ -95,7 +105,7 @@ class PopulationTuner(Tuner):
         self.pop_size, self.elite_num, self.screen = pop_size, elite_num, int(screen)
         self.restart_after = restart_after
         self.immigrants, self.immigrant_pool = int(immigrants), int(immigrant_pool)
-        self.screen_scope = screen_scope
+        self.screen_scope, self.screen_model_kind = screen_scope, screen_model
         self.dims = self.space.dims
         self._reset_population()
 
@@ -170,13 +180,13 @@ class PopulationTuner(Tuner):
         return bool(self.restart_generations) and self.restart_generations[-1] == self.generation
 
     def _fit_screen_model(self) -> None:
-        """Refit the ranking model on every measurement so far (knob features)."""
+        """Refit the screen model on every measurement so far."""
         if len(self.scores) < 2:
             return
         indices = list(self.scores)
         knobs = np.array([self.space.point2knob(i) for i in indices], dtype=np.int64)
-        model = XGBCostModel(seed=int(self.rng.integers(2**31)))
-        model.fit(self.space.feature_matrix(knobs), np.array([self.scores[i] for i in indices]))
+        model = XGBCostModel(self.screen_model_kind, seed=int(self.rng.integers(2**31)))
+        model.fit(self._screen_features(knobs), np.array([self.scores[i] for i in indices]))
         if model.fitted:
             self.screen_model = model
 
@@ -245,7 +255,11 @@ class PopulationTuner(Tuner):
 
     def _predicted(self, members: list[Member]) -> np.ndarray:
         """The screen model's scores of the members' configs (higher: predicted faster)."""
-        return self.screen_model.predict(self.space.feature_matrix(np.array([m.knob for m in members])))
+        return self.screen_model.predict(self._screen_features(np.array([m.knob for m in members])))
+
+    def _screen_features(self, knobs: np.ndarray) -> np.ndarray:
+        """The screen model's inputs: knob features, and the tile sizes for "reg"."""
+        return self.space.tile_feature_matrix(knobs) if self.screen_model_kind == "reg" else self.space.feature_matrix(knobs)
 
     def _screened_random_member(self, taken: set[int], count: int) -> Member:
         """A newcomer: the model's pick of up to ``count`` distinct unvisited random configs (one
