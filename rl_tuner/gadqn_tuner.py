@@ -77,6 +77,10 @@
   and a redraw; the ablation: 16 distinct uniform ones), so that the agent's ranking alone
   decides what the model can choose from. Measured (benchmarks/README.md): 1.017 of its own ablation on six fresh seeds of the three
   ops (90% interval 0.872-1.084), level; kept as an option.
+- ``screen_model`` ("rank", default): the screen's model (see ``PopulationTuner``). "reg" picks
+  far better inside a slot (83-93% of the slot's best against 65-82%), but the best found was
+  no higher (0.959 of "rank" on three fresh seeds) and still level with the ablation screened
+  the same way (0.978): the agents' share does not show through a better pick either.
 
 States and actions are padded to ``max_knobs`` (invalid actions masked), so a saved agent can
 start on another task with a different knob count.
