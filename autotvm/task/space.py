@@ -450,7 +450,7 @@ class ConfigSpace:
         if not hasattr(self, "_tile_tables"):
             self._tile_tables = []
             for kn in self.knobs:
-                if kn.entities and all(isinstance(e, SplitEntity) for e in kn.entities):
+                if kn.kind == "sp":
                     logs = np.array([[math.log2(f) for f in e.size] for e in kn.entities], dtype=np.float32)
                     inner = np.cumsum(logs[:, ::-1], axis=1)[:, ::-1]  # log2 of the tile under each level
                     self._tile_tables.append((inner[:, 1:], inner[:, -1], inner[:, -2] if logs.shape[1] > 1 else inner[:, -1]))
