@@ -28,7 +28,9 @@ way of picking would measure is worth against the slot's best.
 Each run also keeps its measurements in order (``history``) and each recorded slot the number
 the screen model was fit on (``fit_count``), so ``--analyse`` can refit other screen models on
 exactly what the run knew at that slot and score them on its measured candidates (the
-seventeenth session's comparison of ``screen_model`` "rank" and "reg").
+seventeenth session's comparison of ``screen_model`` "rank" and "reg"). ``--analyse`` also counts,
+before and after trial 60, the measured children that beat the best so far by more than 0, 3 and
+10%: where a run's best is made (the eighteenth session).
 
     python benchmarks/agent_signal.py --seeds 6 --first-seed 60 --out benchmarks/results/agent_signal_seeds60-65.json
     python benchmarks/agent_signal.py --analyse benchmarks/results/agent_signal_seeds60-65.json
@@ -320,6 +322,36 @@ def screen_model_analysis(runs: list[dict]) -> dict:
             for op, rows in out.items()}
 
 
+NEW_BEST_MARGINS = (0.0, 0.03, 0.10)
+
+
+def new_best_analysis(runs: list[dict], split: int = 60) -> dict:
+    """Where a run's best is made: per op and policy, and before and after trial ``split``, the
+    measured children the agents bred and how many beat the best so far by more than each of
+    ``NEW_BEST_MARGINS`` (per run). A re-measured config moves by 1-2%, so a new best by less
+    than 3% is mostly a lucky measurement of a config like the best, not a better one."""
+    out: dict = {}
+    for run in runs:
+        row = out.setdefault(f"{run['op']} {run.get('policy', 'dqn')}", {"runs": 0})
+        row["runs"] += 1
+        for r in run["records"]:
+            phase = row.setdefault(f"trials < {split}" if r["trial"] < split else f"trials >= {split}",
+                                   {"children": 0} | {f"new best by > {m:.0%}": 0 for m in NEW_BEST_MARGINS})
+            phase["children"] += 1
+            for m in NEW_BEST_MARGINS:
+                phase[f"new best by > {m:.0%}"] += r["score"] > 1 + m
+    return out
+
+
+def report_new_bests(result: dict) -> None:
+    for key, row in result.items():
+        n = row["runs"]
+        for phase, counts in row.items():
+            if phase != "runs":
+                cells = ", ".join(f"{k} {v / n:.1f}" for k, v in counts.items())
+                print(f"{key:13} {phase:14} per run ({n} runs): {cells}")
+
+
 def report_screen_models(result: dict) -> None:
     for op, rows in result.items():
         for name, row in rows.items():
@@ -380,6 +412,8 @@ def main() -> None:
     report(data["analysis"])
     data["slot_analysis"] = slot_analysis(data["runs"])
     report_slots(data["slot_analysis"])
+    data["new_bests"] = new_best_analysis(data["runs"])
+    report_new_bests(data["new_bests"])
     data["screen_models"] = screen_model_analysis(data["runs"])
     report_screen_models(data["screen_models"])
     if not args.analyse:

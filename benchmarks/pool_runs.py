@@ -14,7 +14,9 @@ Prints the pooled median best GFLOPS per op and tuner, and the reference tuner's
 GA-DQN by default) geometric-mean ratio over each other tuner with its 90% bootstrap interval
 over seeds. ``--trials N`` reads every run as it stood after N trials (to pool a longer run with
 shorter ones; overhead and wall time stay the whole run's); ``--stuck F`` also counts, per op and
-tuner, the runs whose best is below F times the op's median over all pooled runs.
+tuner, the runs whose best is below F times the op's median over all pooled runs; ``--settled
+N[,N...]`` prints, per op and tuner, how much of its final best a run had already found after N
+trials (the median over runs, and the lowest): where the result of a run is decided.
 """
 
 from __future__ import annotations
@@ -65,6 +67,25 @@ def stuck_lines(runs: list[dict], fraction: float) -> list[str]:
     return lines
 
 
+def settled_lines(runs: list[dict], checkpoints: list[int]) -> list[str]:
+    """Per op and tuner, the median (and lowest) share of a run's final best found after each
+    of ``checkpoints`` trials. A run that had 95% of its final best by trial 60 was decided
+    there: its later trials added 5%, and a change that acts only on them can add little more."""
+    lines = []
+    for op in sorted({r["op"] for r in runs}):
+        for tuner in sorted({r["tuner"] for r in runs if r["op"] == op}):
+            mine = [r for r in runs if r["op"] == op and r["tuner"] == tuner and r.get("curve") and r["curve"][-1] > 0]
+            if not mine:
+                continue
+            parts = []
+            for n in checkpoints:
+                shares = [r["curve"][min(n, len(r["curve"])) - 1] / r["curve"][-1] for r in mine]
+                parts.append(f"{n}: {statistics.median(shares):.3f} ({min(shares):.3f})")
+            lines.append(f"{op:8} {tuner:16} {len(mine):3} runs; share of the final best after N trials, "
+                         f"median (lowest): {', '.join(parts)}")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("files", nargs="+", help="result files of compare_tuners.py")
@@ -74,11 +95,19 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=None, help="read every run as it stood after this many trials")
     parser.add_argument("--stuck", type=float, default=None,
                         help="also count the runs below this fraction of the op's median best (e.g. 0.8)")
+    parser.add_argument("--settled", default=None,
+                        help="N[,N...]: also print the share of each run's final best found after N trials")
     args = parser.parse_args()
     if args.stuck is not None and args.stuck <= 0:
         sys.exit(f"--stuck must be a fraction above 0 (e.g. 0.8), got {args.stuck}")
     if args.trials is not None and args.trials < 1:
         sys.exit(f"--trials must be a positive number of trials, got {args.trials}")
+    try:
+        checkpoints = [int(n) for n in args.settled.split(",")] if args.settled else []
+    except ValueError:
+        checkpoints = [0]
+    if any(n < 1 for n in checkpoints):
+        sys.exit(f"--settled takes positive trial counts separated by commas (e.g. 60,100), got {args.settled!r}")
     try:
         rename = dict(pair.split("=", 1) for pair in args.rename.split(",") if pair)
     except ValueError:
@@ -98,6 +127,8 @@ def main() -> None:
     print(format_table(rows))
     if args.stuck is not None:
         print("\n".join(stuck_lines(runs, args.stuck)))
+    if checkpoints:
+        print("\n".join(settled_lines(runs, checkpoints)))
     print("\n".join(ratio_lines(rows, runs, [(args.reference, base) for base in
                                                sorted({r["tuner"] for r in runs} - {args.reference})])))
 

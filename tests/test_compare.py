@@ -9,7 +9,7 @@ import pytest
 from tools.compare import geomean_ratio, geomean_ratio_interval, machine_description, summarise
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
-from pool_runs import cut_at, pooled_runs, stuck_lines  # noqa: E402
+from pool_runs import cut_at, pooled_runs, settled_lines, stuck_lines  # noqa: E402
 
 
 def _runs(tuner: str, op: str, bests: list[float]) -> list[dict]:
@@ -57,6 +57,16 @@ def test_runs_cut_at_a_trial_and_stuck_runs_counted():
     runs = _runs("a", "x", [100, 100, 50]) + _runs("b", "x", [100, 100, 100])
     lines = stuck_lines(runs, 0.8)  # the median of all six is 100: only a's 50 is below 80
     assert [line.split()[2] for line in lines] == ["1", "0"] and "80.0 GFLOPS" in lines[0]
+
+
+def test_settled_share_of_the_final_best_per_checkpoint():
+    """``--settled`` reads each run's curve: the share of its final best it had after N trials,
+    median and lowest over the runs of a tuner (a run shorter than N counts as finished)."""
+    curves = [[1.0, 5.0, 5.0, 10.0], [8.0, 8.0, 8.0, 10.0], [2.0, 4.0]]
+    runs = [{"op": "x", "tuner": "a", "seed": s, "curve": c} for s, c in enumerate(curves)]
+    (line,) = settled_lines(runs, [1, 2, 9])
+    assert line.split()[:3] == ["x", "a", "3"]
+    assert line.endswith("1: 0.500 (0.100), 2: 0.800 (0.500), 9: 1.000 (1.000)")
 
 
 def test_pooled_runs_refuse_files_from_different_machines(tmp_path):
