@@ -102,12 +102,10 @@ def main() -> None:
         sys.exit(f"--stuck must be a fraction above 0 (e.g. 0.8), got {args.stuck}")
     if args.trials is not None and args.trials < 1:
         sys.exit(f"--trials must be a positive number of trials, got {args.trials}")
-    try:
-        checkpoints = [int(n) for n in args.settled.split(",")] if args.settled else []
-    except ValueError:
-        checkpoints = [0]
-    if any(n < 1 for n in checkpoints):
+    checkpoints = args.settled.split(",") if args.settled else []
+    if not all(n.isdigit() and int(n) > 0 for n in checkpoints):
         sys.exit(f"--settled takes positive trial counts separated by commas (e.g. 60,100), got {args.settled!r}")
+    checkpoints = [int(n) for n in checkpoints]
     try:
         rename = dict(pair.split("=", 1) for pair in args.rename.split(",") if pair)
     except ValueError:
