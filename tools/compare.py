@@ -225,11 +225,15 @@ def ratio_lines(rows: list[dict], runs: list[dict], pairs: Iterable[tuple[str, s
 
 
 def format_table(rows: list[dict]) -> str:
-    head = f"{'op':8} {'tuner':16} {'seeds':>5} {'best GFLOPS':>12} {'trials->90%':>12} {'overhead':>9} {'wall s':>8}"
+    """The summary rows as an aligned text table (columns as wide as the longest op and tuner name)."""
+    op_w = max([8] + [len(r["op"]) for r in rows])
+    tuner_w = max([16] + [len(r["tuner"]) for r in rows])
+    head = (f"{'op':{op_w}} {'tuner':{tuner_w}} {'seeds':>5} {'best GFLOPS':>12} {'trials->90%':>12} {'overhead':>9} "
+            f"{'wall s':>8}")
     lines = [head, "-" * len(head)]
     for r in rows:
         t90 = "-" if r["median_trials_to_90"] is None else f"{r['median_trials_to_90']:.0f}"
         ovh = "-" if r["median_overhead"] is None else f"{100 * r['median_overhead']:.2f}%"
-        lines.append(f"{r['op']:8} {r['tuner']:16} {r['seeds']:5d} {r['median_best_gflops']:12.2f} {t90:>12} "
-                     f"{ovh:>9} {r['median_wall_seconds']:8.1f}")
+        lines.append(f"{r['op']:{op_w}} {r['tuner']:{tuner_w}} {r['seeds']:5d} {r['median_best_gflops']:12.2f} "
+                     f"{t90:>12} {ovh:>9} {r['median_wall_seconds']:8.1f}")
     return "\n".join(lines)

@@ -104,9 +104,12 @@ def compare_gadqn_ga(config: dict, option: dict) -> list[dict]:
 
 
 def compare_reward(config: dict, option: dict) -> list[dict]:
-    variants = [("ga", "ga", {})] + [(f"ga-dqn[{r}]", "ga-dqn", {"reward": r})
-                                      for r in ("improvement", "score", "r1", "r2", "r3")]
-    return _compare("compare_reward", config, option, variants, "GA-DQN reward functions vs GA")
+    """Every reward function against GA and the random-action ablation: the ablation learns
+    nothing, so a reward earns its keep only by beating it (measured on the real ops, none did;
+    benchmarks/README.md, "The reward functions on the real ops")."""
+    variants = [("ga", "ga", {}), ("ga-dqn-random-actions", "ga-dqn-random", {})]
+    variants += [(f"ga-dqn[{r}]", "ga-dqn", {"reward": r}) for r in ("improvement", "score", "r1", "r2", "r3")]
+    return _compare("compare_reward", config, option, variants, "GA-DQN reward functions vs GA and the ablation")
 
 
 def ablation(config: dict, option: dict) -> list[dict]:
