@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tools.compare import geomean_ratio, geomean_ratio_interval, machine_description, summarise
+from tools.compare import format_table, geomean_ratio, geomean_ratio_interval, machine_description, summarise
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
 from pool_runs import cut_at, pooled_runs, settled_lines, stuck_lines  # noqa: E402
@@ -33,6 +33,14 @@ def test_interval_holds_the_estimate_and_narrows_with_more_seeds():
     low_many, high_many = geomean_ratio_interval(many, "a", "b")
     assert high_many - low_many < high - low
     assert geomean_ratio_interval(few, "a", "missing") is None
+
+
+def test_table_columns_stay_aligned_with_long_tuner_names():
+    rows = [{"op": "mm64", "tuner": name, "seeds": 3, "median_best_gflops": 95.3, "median_trials_to_90": 2,
+             "median_overhead": 0.001, "median_wall_seconds": 4.2} for name in ("ga", "ga-dqn-random-actions")]
+    lines = format_table(rows).splitlines()
+    assert len({len(line) for line in lines}) == 1  # every row as wide as the header
+    assert {line.index("95.30") for line in lines[2:]} == {lines[0].index("best GFLOPS") + 6}
 
 
 def test_pooled_runs_rename_filter_and_let_later_files_win(tmp_path):
