@@ -15,6 +15,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from rl_tuner.gadqn_tuner import REWARDS
+
 from .compare import run_metaschedule, run_tuner, summarise
 from .config import writable_dir
 from .measure_setup import measure_option_from_settings
@@ -103,17 +105,20 @@ def compare_gadqn_ga(config: dict, option: dict) -> list[dict]:
     return _compare("compare_gadqn_ga", config, option, [("ga", "ga", {}), ("ga-dqn", "ga-dqn", {})], "GA-DQN vs GA")
 
 
+# (label, tuner, options) of GA-DQN's random-action ablation, the control of the reward and ablation experiments
+ABLATION_VARIANT = ("ga-dqn-random-actions", "ga-dqn-random", {})
+
+
 def compare_reward(config: dict, option: dict) -> list[dict]:
     """Every reward function against GA and the random-action ablation: the ablation learns
     nothing, so a reward earns its keep only by beating it (measured on the real ops, none did;
-    benchmarks/README.md, "The reward functions on the real ops")."""
-    variants = [("ga", "ga", {}), ("ga-dqn-random-actions", "ga-dqn-random", {})]
-    variants += [(f"ga-dqn[{r}]", "ga-dqn", {"reward": r}) for r in ("improvement", "score", "r1", "r2", "r3")]
+    benchmarks/README.md, "The reward functions and a discount on the real ops")."""
+    variants = [("ga", "ga", {}), ABLATION_VARIANT] + [(f"ga-dqn[{r}]", "ga-dqn", {"reward": r}) for r in REWARDS]
     return _compare("compare_reward", config, option, variants, "GA-DQN reward functions vs GA and the ablation")
 
 
 def ablation(config: dict, option: dict) -> list[dict]:
-    variants = [("ga-dqn", "ga-dqn", {}), ("ga-dqn-random-actions", "ga-dqn-random", {})]
+    variants = [("ga-dqn", "ga-dqn", {}), ABLATION_VARIANT]
     return _compare("ablation", config, option, variants, "GA-DQN vs the same GA with random actions")
 
 
