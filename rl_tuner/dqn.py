@@ -14,7 +14,7 @@ one of them is carried out (``act_batch``) must not use up its exploration on th
 from __future__ import annotations
 
 import contextlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Iterator
 
 import numpy as np
@@ -54,6 +54,16 @@ class DQNConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> DQNConfig:
+        """A config from plain data (a user's JSON, a saved agent). A misspelt key would otherwise
+        be a ``TypeError`` deep in a run, or, if ignored, a setting silently not applied."""
+        allowed = [f.name for f in fields(cls)]
+        unknown = sorted(set(values) - set(allowed))
+        if unknown:
+            raise ValueError(f"unknown DQN option {unknown[0]!r}; allowed: {', '.join(allowed)}")
+        return cls(**values)
 
 
 def _mlp(widths: list[int]) -> nn.Sequential:
@@ -299,7 +309,7 @@ class DQNAgent:
     def from_state_dict(cls, data: dict, seed: int | None = None) -> "DQNAgent":
         config = dict(data["config"])
         config["hidden"] = tuple(config["hidden"])
-        agent = cls(data["state_dim"], data["n_actions"], DQNConfig(**config), seed=seed)
+        agent = cls(data["state_dim"], data["n_actions"], DQNConfig.from_dict(config), seed=seed)
         agent.q.load_state_dict(data["q"])
         agent.target.load_state_dict(data["target"])
         agent.optimizer.load_state_dict(data["optimizer"])

@@ -153,7 +153,7 @@ class GADQNTuner(PopulationTuner):
                 self.crossover_agent.training = self.mutation_agent.training = False
         else:
             self.max_knobs = max(self.n_knobs, max_knobs or 24)
-            config = dqn if isinstance(dqn, DQNConfig) else DQNConfig(**(self.default_dqn(mutation) | (dqn or {})))
+            config = dqn if isinstance(dqn, DQNConfig) else DQNConfig.from_dict(self.default_dqn(mutation) | (dqn or {}))
             self.crossover_agent = DQNAgent(2 * self.max_knobs + 2, max(self.max_knobs - 1, 1), config, agent_seed)
             if q_network == "per_knob":
                 config = DQNConfig(**(config.to_dict() | {"entities": self.max_knobs, "entity_dim": self.knob_row_dim}))

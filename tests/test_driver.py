@@ -78,7 +78,11 @@ def test_benchmark_writes_table_and_chart(tuned):
 
 def test_experiment_writes_runs_summary_and_plots(tmp_path):
     path, config = tiny_config(tmp_path)
-    result = driver("-m=experiment", f"-c={path}")
+    # a variant of a tuner: NAME@LABEL with its own options
+    config["experiments"].update(names=["compare_gadqn_ga", "gadqn_monitor", "compare_tuners"],
+                                 tuners=["ga", "ga@pop6"], tuner_options={"ga@pop6": {"pop_size": 6}})
+    (tmp_path / "c1.json").write_text(json.dumps(config))
+    result = driver("-m=experiment", f"-c={tmp_path / 'c1.json'}")
     assert result.returncode == 0, result.stderr[-2000:]
     exp = tmp_path / "exp" / "e"
     runs = json.load(open(exp / "compare_gadqn_ga" / "runs.json"))
@@ -86,14 +90,31 @@ def test_experiment_writes_runs_summary_and_plots(tmp_path):
     assert all(len(r["curve"]) == 6 for r in runs)
     assert (exp / "compare_gadqn_ga" / "curves.png").stat().st_size > 5000
     assert "median_best_gflops" in (exp / "compare_gadqn_ga" / "summary.csv").read_text()
+    # the experiment's question answered: the ratio with its interval, printed and saved
+    ratio = (exp / "compare_gadqn_ga" / "ratios.txt").read_text()
+    assert ratio.startswith("ga-dqn / ga: geometric mean") and "bootstrap interval" in ratio
+    assert ratio.strip() in result.stdout
     assert (exp / "gadqn_monitor" / "monitor-mm64.png").stat().st_size > 5000
+    variant_runs = json.load(open(exp / "compare_tuners" / "runs.json"))
+    assert sorted(r["label"] for r in variant_runs) == ["ga", "ga", "ga@pop6", "ga@pop6"]
+    assert "ga@pop6 / ga: geometric mean" in (exp / "compare_tuners" / "ratios.txt").read_text()
     # previous_results_dir: the same experiment reuses every saved run
     config["experiments"]["previous_results_dir"] = str(exp)
     config["experiments"]["save_name"] = "again"
     (tmp_path / "c2.json").write_text(json.dumps(config))
     again = driver("-m=experiment", f"-c={tmp_path / 'c2.json'}")
     assert again.returncode == 0, again.stderr[-2000:]
-    assert again.stdout.count("reusing") == 4 + 1
+    assert again.stdout.count("reusing") == 4 + 1 + 4
+
+
+def test_experiment_variant_options_reach_the_tuner_and_a_refused_value_keeps_earlier_runs(tmp_path):
+    path, config = tiny_config(tmp_path)
+    config["experiments"].update(names=["compare_tuners"], repeats=1, tuners=["ga", "ga@bad"],
+                                 tuner_options={"ga@bad": {"pop_size": 1}})
+    (tmp_path / "c.json").write_text(json.dumps(config))
+    _bad(driver("-m=experiment", f"-c={tmp_path / 'c.json'}"), "ga tuner options", "pop_size must be >= 2")
+    runs = json.load(open(tmp_path / "exp" / "e" / "compare_tuners" / "runs.json"))
+    assert [r["label"] for r in runs] == ["ga"] and len(runs[0]["curve"]) == 6  # measured before: kept
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -127,6 +148,14 @@ def test_malformed_json_says_line_and_column(tmp_path):
     ({"models": [{"name": "x", "type": "hf", "model": "gpt9"}]}, ["gpt9", "bert"]),
     ({"experiments": {"names": ["race"]}}, ["experiments.names.0", "race", "compare_tuners"]),
     ({"autotuner_settings": {"trials": 0}}, ["autotuner_settings.trials", ">= 1"]),
+    # a misspelt tuner option would otherwise be silently ignored
+    ({"autotuner_settings": {"tuner_options": {"pop_szie": 4}}}, ["tuner_options.pop_szie", "pop_size"]),
+    ({"autotuner_settings": {"tuner_options": {"dqn": {"gama": 0.5}}}}, ["tuner_options.dqn", "'gama'", "gamma"]),
+    ({"autotuner_settings": {"tuner_options": {"reward": "best"}}}, ["ga-dqn tuner options", "'best'", "improvement"]),
+    ({"experiments": {"tuners": ["ga", "gaa@x"]}}, ["experiments.tuners.1", "gaa@x", "NAME@LABEL"]),
+    ({"experiments": {"tuners": ["ga", "ga@x"], "tuner_options": {"ga@y": {}}}}, ["tuner_options.ga@y", "ga, ga@x"]),
+    ({"experiments": {"tuners": ["ga@x"], "tuner_options": {"ga@x": {"reward": "r1"}}}},
+     ["tuner_options.ga@x.reward", "pop_size"]),
     ({"target": "opencl"}, ["target", "llvm"]),
     ({"models": [{"name": "x", "type": "op", "workload": "r3x3", "conv_layout": "NCHWc"}]}, ["NCHWc", "NHWC"]),
     ({"models": [{"name": "x", "type": "op", "workload": "r3x3", "conv_layout": "NCHW", "conv_algorithm": "winograd"}]},

@@ -15,8 +15,10 @@ import jsonschema
 from autotvm.env import AutoTVMError
 from autotvm.task.relax_integration import CONV_ALGORITHMS, CONV_LAYOUTS
 
+from rl_tuner.dqn import DQNConfig
+
 from .models import HF_MODELS, MODEL_TYPES
-from .tuners import TUNERS
+from .tuners import TUNER_OPTIONS, TUNERS
 from .workloads import WORKLOADS
 
 EXPERIMENTS = ("compare_tuners", "compare_gadqn_ga", "compare_reward", "ablation", "trial_hyperparameters",
@@ -71,7 +73,8 @@ SCHEMA: dict = {
             "properties": {
                 "names": {"type": "array", "items": {"enum": list(EXPERIMENTS)}, "minItems": 1},
                 "workloads": {"type": "array", "items": {"enum": list(WORKLOADS)}, "minItems": 1},
-                "tuners": {"type": "array", "items": {"enum": list(TUNERS) + ["metaschedule"]}, "minItems": 1},
+                "tuners": {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1},
+                "tuner_options": {"type": "object", "additionalProperties": {"type": "object"}},
                 "trials": _POSITIVE_INT,
                 "repeats": _POSITIVE_INT,
                 "hyperparameter_trials": _POSITIVE_INT,
@@ -91,7 +94,8 @@ DEFAULTS: dict = {
                            "enable_cpu_cache_flush": False, "tuner_options": {}},
     "run_settings": {"repeat": 10, "number": 5, "profile": False, "rtol": 1e-3, "atol": 1e-3},
     "experiments": {"names": ["compare_tuners"], "workloads": ["c1"],
-                    "tuners": ["random", "ga", "xgb", "ga-dqn", "ga-dqn-random"], "trials": 64, "repeats": 3,
+                    "tuners": ["random", "ga", "xgb", "ga-dqn", "ga-dqn-random"], "tuner_options": {},
+                    "trials": 64, "repeats": 3,
                     "hyperparameter_trials": 6, "save_path": "results", "save_name": "experiment",
                     "previous_results_dir": None},
 }
@@ -160,7 +164,49 @@ def load_config(arg: str) -> dict:
         if spec.get("conv_algorithm") == "winograd" and spec.get("conv_layout") == "NCHW":
             raise ConfigError(f"config key models.{spec['name']}.conv_algorithm: 'winograd' needs conv_layout "
                               "'NHWC' or 'auto', not 'NCHW'")
+    shared = data.get("autotuner_settings", {}).get("tuner_options", {})
+    _check_tuner_options(shared, set().union(*TUNER_OPTIONS.values()), "autotuner_settings.tuner_options")
+    _check_experiment_tuners(data.get("experiments", {}))
     return _merge(DEFAULTS, data)
+
+
+def base_tuner(name: str) -> str:
+    """The registry name of an experiment's tuner: NAME@LABEL is a variant of NAME (``compare_tuners.py``'s syntax)."""
+    return name.split("@")[0]
+
+
+def _check_tuner_options(options: dict, accepted: set[str], key: str) -> None:
+    """Refuse an option no tuner takes: ``make_tuner`` gives each tuner only the options it
+    understands, so a misspelt key would otherwise be silently ignored."""
+    for name, value in options.items():
+        if name not in accepted:
+            raise ConfigError(f"config key {key}.{name}: unknown tuner option; allowed: {', '.join(sorted(accepted))}")
+        if name == "dqn":
+            if not isinstance(value, dict):
+                raise ConfigError(f"config key {key}.dqn: must be an object of DQN settings, got {value!r}")
+            try:
+                DQNConfig.from_dict(value)
+            except (ValueError, TypeError) as err:
+                raise ConfigError(f"config key {key}.dqn: {err}") from None
+
+
+def _check_experiment_tuners(experiments: dict) -> None:
+    """Every experiment tuner is a registry name or NAME@LABEL, and a variant's options belong to
+    a tuner of the list and are options its NAME takes."""
+    allowed = list(TUNERS) + ["metaschedule"]
+    tuners = experiments.get("tuners", DEFAULTS["experiments"]["tuners"])
+    for i, name in enumerate(tuners):
+        if base_tuner(name) not in allowed:
+            raise ConfigError(f"config key experiments.tuners.{i}: {name!r} is not allowed; allowed: "
+                              f"{', '.join(allowed)}, or NAME@LABEL for NAME with experiments.tuner_options[NAME@LABEL]")
+    for name, options in experiments.get("tuner_options", {}).items():
+        key = f"experiments.tuner_options.{name}"
+        if name not in tuners:
+            raise ConfigError(f"config key {key}: not one of experiments.tuners ({', '.join(tuners)})")
+        accepted = TUNER_OPTIONS.get(base_tuner(name), set())
+        if not accepted and options:
+            raise ConfigError(f"config key {key}: {base_tuner(name)} takes no tuner options")
+        _check_tuner_options(options, accepted, key)
 
 
 def writable_dir(path: str, key: str) -> str:

@@ -1,7 +1,8 @@
 """``driver.py -m=experiment``: named experiments that compare tuners and end in plots.
 
 Each experiment writes under ``<save_path>/<save_name>/<experiment>/``: ``runs.json`` (every
-run's raw data), ``summary.csv`` and PNG plots. With ``previous_results_dir`` set, runs already
+run's raw data), ``summary.csv``, ``ratios.txt`` (the geometric-mean ratios that answer the
+experiment's question, with 90% bootstrap intervals over seeds) and PNG plots. With ``previous_results_dir`` set, runs already
 saved there (same experiment, workload, variant, seed and trial budget) are reused, not re-run.
 """
 
@@ -17,10 +18,13 @@ import numpy as np
 
 from rl_tuner.gadqn_tuner import REWARDS
 
-from .compare import run_metaschedule, run_tuner, summarise
-from .config import writable_dir
+from .compare import ratio_lines, run_metaschedule, run_tuner, summarise
+from .config import base_tuner, writable_dir
 from .measure_setup import measure_option_from_settings
 from .plots import hyperparameter_bars, monitor_plots, tuning_curves
+
+
+Result = tuple[list[dict], list[str]]  # an experiment's summary rows and its ratio lines
 
 
 class Experiment:
@@ -77,49 +81,68 @@ class Experiment:
         with open(os.path.join(self.out_dir, "runs.json"), "w", encoding="utf-8") as handle:
             json.dump(self.runs, handle)
 
-    def finish(self, title: str) -> list[dict]:
-        rows = summarise([dict(r, tuner=r["label"]) for r in self.runs])
+    def finish(self, title: str, pairs: list[tuple[str, str]] | None = None) -> Result:
+        """Write the summary, the ratios of ``pairs`` (label, baseline label) and the curves;
+        return the summary rows and the ratio lines."""
+        labelled = [dict(r, tuner=r["label"]) for r in self.runs]
+        rows = summarise(labelled)
         with open(os.path.join(self.out_dir, "summary.csv"), "w", newline="", encoding="utf-8") as handle:
             writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
             writer.writeheader()
             writer.writerows(rows)
+        ratios = ratio_lines(rows, labelled, pairs or [])
+        if ratios:
+            with open(os.path.join(self.out_dir, "ratios.txt"), "w", encoding="utf-8") as handle:
+                handle.write("\n".join(ratios) + "\n")
         tuning_curves(self.runs, os.path.join(self.out_dir, "curves.png"), title, label_key="label")
-        return rows
+        return rows, ratios
 
 
-def _compare(name: str, config: dict, option: dict, variants: list[tuple[str, str, dict]], title: str) -> list[dict]:
+def _compare(name: str, config: dict, option: dict, variants: list[tuple[str, str, dict]], title: str,
+             pairs: list[tuple[str, str]]) -> Result:
     exp = Experiment(name, config, option)
     for seed in exp.seeds:
         for op in exp.workloads:
             for label, tuner, options in variants:
                 exp.tuner_run(op, label, seed, tuner, options)
-    return exp.finish(title)
+    return exp.finish(title, pairs)
 
 
-def compare_tuners(config: dict, option: dict) -> list[dict]:
-    tuners = config["experiments"]["tuners"]
-    return _compare("compare_tuners", config, option, [(t, t, {}) for t in tuners], "All tuners")
+def compare_tuners(config: dict, option: dict) -> Result:
+    """Every tuner of ``experiments.tuners``; NAME@LABEL is NAME with ``experiments.tuner_options``
+    of NAME@LABEL (e.g. ``ga@screen`` with ``{"screen": 16}``). Ratios: each variant over its plain tuner,
+    then GA-DQN (else the first tuner) over each other one."""
+    tuners, per_tuner = config["experiments"]["tuners"], config["experiments"]["tuner_options"]
+    variants = [(t, base_tuner(t), per_tuner.get(t, {})) for t in tuners]
+    pairs = [(t, base_tuner(t)) for t in tuners if "@" in t and base_tuner(t) in tuners]
+    reference = "ga-dqn" if "ga-dqn" in tuners else tuners[0]
+    pairs += [(reference, t) for t in tuners if t != reference and (t, reference) not in pairs]
+    return _compare("compare_tuners", config, option, variants, "All tuners", pairs)
 
 
-def compare_gadqn_ga(config: dict, option: dict) -> list[dict]:
-    return _compare("compare_gadqn_ga", config, option, [("ga", "ga", {}), ("ga-dqn", "ga-dqn", {})], "GA-DQN vs GA")
+def compare_gadqn_ga(config: dict, option: dict) -> Result:
+    return _compare("compare_gadqn_ga", config, option, [("ga", "ga", {}), ("ga-dqn", "ga-dqn", {})], "GA-DQN vs GA",
+                    [("ga-dqn", "ga")])
 
 
 # (label, tuner, options) of GA-DQN's random-action ablation, the control of the reward and ablation experiments
 ABLATION_VARIANT = ("ga-dqn-random-actions", "ga-dqn-random", {})
 
 
-def compare_reward(config: dict, option: dict) -> list[dict]:
+def compare_reward(config: dict, option: dict) -> Result:
     """Every reward function against GA and the random-action ablation: the ablation learns
     nothing, so a reward earns its keep only by beating it (measured on the real ops, none did;
     benchmarks/README.md, "The reward functions and a discount on the real ops")."""
     variants = [("ga", "ga", {}), ABLATION_VARIANT] + [(f"ga-dqn[{r}]", "ga-dqn", {"reward": r}) for r in REWARDS]
-    return _compare("compare_reward", config, option, variants, "GA-DQN reward functions vs GA and the ablation")
+    pairs = [(label, ABLATION_VARIANT[0]) for label, _, _ in variants[2:]]
+    return _compare("compare_reward", config, option, variants, "GA-DQN reward functions vs GA and the ablation",
+                    pairs)
 
 
-def ablation(config: dict, option: dict) -> list[dict]:
+def ablation(config: dict, option: dict) -> Result:
     variants = [("ga-dqn", "ga-dqn", {}), ABLATION_VARIANT]
-    return _compare("ablation", config, option, variants, "GA-DQN vs the same GA with random actions")
+    return _compare("ablation", config, option, variants, "GA-DQN vs the same GA with random actions",
+                    [("ga-dqn", ABLATION_VARIANT[0])])
 
 
 HYPERPARAMETER_SPACE = {
@@ -132,7 +155,7 @@ HYPERPARAMETER_SPACE = {
 }
 
 
-def trial_hyperparameters(config: dict, option: dict) -> list[dict]:
+def trial_hyperparameters(config: dict, option: dict) -> Result:
     """Random search over DQN hyperparameters; a bar per trial with error bars over seeds."""
     exp = Experiment("trial_hyperparameters", config, option)
     rng = np.random.default_rng(config["autotuner_settings"]["seed"] or 0)
@@ -153,7 +176,7 @@ def trial_hyperparameters(config: dict, option: dict) -> list[dict]:
     return exp.finish("GA-DQN hyperparameter trials")
 
 
-def gadqn_monitor(config: dict, option: dict) -> list[dict]:
+def gadqn_monitor(config: dict, option: dict) -> Result:
     """One GA-DQN run per workload with its monitoring data plotted (loss, reward, epsilon, actions)."""
     exp = Experiment("gadqn_monitor", config, option)
     for op in exp.workloads:
@@ -165,7 +188,7 @@ def gadqn_monitor(config: dict, option: dict) -> list[dict]:
     return exp.finish("GA-DQN monitored run")
 
 
-EXPERIMENT_FUNCS: dict[str, Callable[[dict, dict], list[dict]]] = {
+EXPERIMENT_FUNCS: dict[str, Callable[[dict, dict], Result]] = {
     "compare_tuners": compare_tuners, "compare_gadqn_ga": compare_gadqn_ga, "compare_reward": compare_reward,
     "ablation": ablation, "trial_hyperparameters": trial_hyperparameters, "gadqn_monitor": gadqn_monitor,
 }
@@ -178,7 +201,9 @@ def run_experiments(config: dict) -> dict[str, Any]:
     results = {}
     for name in config["experiments"]["names"]:
         print(f"== experiment {name}", flush=True)
-        rows = EXPERIMENT_FUNCS[name](config, option)
+        rows, ratios = EXPERIMENT_FUNCS[name](config, option)
         print(format_table(rows))
+        if ratios:
+            print("\n".join(ratios))
         results[name] = rows
     return results

@@ -8,6 +8,7 @@ the PyTorch module, example inputs and, on demand, the Relax module and its para
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -30,9 +31,12 @@ class Model:
         from tvm import relax
         from tvm.relax.frontend.torch import from_exported_program
 
-        with torch.no_grad():
+        with torch.no_grad(), warnings.catch_warnings():
+            # torch 2.13 warns about its own pytree internals on every export (copying a TreeSpec):
+            # nothing a user can act on, and it would be the only stray line in a tune's output
+            warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)", category=FutureWarning)
             exported = torch.export.export(self.module, self.inputs)
-        mod = from_exported_program(exported, keep_params_as_input=True)
+            mod = from_exported_program(exported, keep_params_as_input=True)
         mod, params = relax.frontend.detach_params(mod)
         return mod, list(params.get("main", []))
 

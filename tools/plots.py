@@ -91,7 +91,10 @@ def monitor_plots(monitor: list[dict], path: str, title: str) -> None:
         if ys:
             ax.plot(xs, ys, ".", alpha=0.5, label=label)
     axes[0][0].set(title="Huber loss per training step", xlabel="trial", ylabel="loss")
-    axes[0][0].legend()
+    if axes[0][0].get_legend_handles_labels()[0]:
+        axes[0][0].legend()
+    else:  # a run shorter than the agents' warm-up (learning_starts) has no training step
+        axes[0][0].text(0.5, 0.5, "no training step yet", ha="center", va="center", transform=axes[0][0].transAxes)
     xs, ys = series("reward")
     axes[0][1].plot(xs, ys, ".", alpha=0.5)
     if len(ys) >= 10:

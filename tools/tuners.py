@@ -38,8 +38,16 @@ TUNER_OPTIONS = {name: set(inspect.signature(factory).parameters) - {"task", "se
 
 
 def make_tuner(name: str, task: Any, seed: int | None = None, **options: Any) -> Any:
-    """A tuner by name with only the options it understands (others are ignored)."""
+    """A tuner by name with only the options it understands (others are ignored: one config's
+    options are shared by every tuner, e.g. ``pop_size`` for GA and GA-DQN, ``plan_size`` for
+    XGB; ``tools.config`` refuses a key that no tuner takes). A value the tuner refuses is a
+    user's mistake, reported as an ``AutoTVMError`` naming the tuner."""
     if name not in TUNERS:
         raise AutoTVMError(f"unknown tuner {name!r}; allowed: {', '.join(TUNERS)}")
     accepted = {k: v for k, v in options.items() if k in TUNER_OPTIONS[name] and v is not None}
-    return TUNERS[name](task, seed=seed, **accepted)
+    try:
+        return TUNERS[name](task, seed=seed, **accepted)
+    except AutoTVMError:
+        raise
+    except ValueError as err:
+        raise AutoTVMError(f"{name} tuner options: {err}") from None
