@@ -39,3 +39,24 @@ def test_rpc_runner_measures_through_the_tracker(tracker_with_two_servers, build
     assert len(tuner.history) == 4
     assert all(row["error_no"] == 0 for row in tuner.history), tuner.history
     assert tuner.best_flops > 0
+
+
+def test_rpc_runner_without_a_tracker_is_a_clear_error_not_a_run_of_failures(builder, matmul_task):
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    runner = autotvm.RPCRunner("test-cpu", "127.0.0.1", port, number=1, repeat=1)
+    start = time.time()
+    with pytest.raises(autotvm.AutoTVMError, match=f"cannot reach the RPC tracker at 127.0.0.1:{port}"):
+        RandomTuner(matmul_task, seed=0).tune(4, autotvm.measure_option(builder, runner))
+    assert time.time() - start < 30  # not TVM's minute of retries per trial
+
+
+def test_rpc_runner_with_no_server_for_its_key_is_a_clear_error(tracker_with_two_servers, builder, matmul_task):
+    runner = autotvm.RPCRunner("no-such-device", "127.0.0.1", tracker_with_two_servers.port, number=1, repeat=1)
+    tuner = RandomTuner(matmul_task, seed=0)
+    with pytest.raises(autotvm.AutoTVMError, match="no server for key 'no-such-device'"):
+        tuner.tune(4, autotvm.measure_option(builder, runner))
+    assert tuner.history == []

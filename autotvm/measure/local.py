@@ -10,13 +10,14 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import socket
 import tempfile
 import time
 from typing import Any, Sequence
 
 from tvm.support.popen_pool import PopenPoolExecutor
 
-from ..env import device_of
+from ..env import AutoTVMError, device_of
 from ..task.space import InstantiationError
 from . import workers
 from .measure import BuildResult, MeasureErrorNo, MeasureInput, MeasureResult, failed
@@ -158,6 +159,9 @@ class LocalRunner:
     def set_task(self, task: Any, builder: LocalBuilder) -> None:
         """Prepare for a task: its device and, when checking, the reference program."""
         self._device = device_of(task.target)
+        if self._device == "cuda" and self._tracker() is None and not _has_cuda_gpu():
+            raise AutoTVMError(f"task {task.name!r} targets CUDA but this machine has no CUDA GPU; measure on one "
+                               "through an RPC tracker (RPCRunner, or autotuner_settings.rpc) or tune for llvm")
         self._reference = builder.build_module(task.default_module(), task.target) if self.check_correctness else None
 
     def _job(self, build: BuildResult) -> dict:
@@ -228,6 +232,27 @@ class RPCRunner(LocalRunner):
                          check_correctness)
         self.key, self.host, self.port, self.priority = key, host, int(port), priority
         self._n_parallel = n_parallel
+        self._tracker_checked = False
+
+    def set_task(self, task: Any, builder: LocalBuilder) -> None:
+        self.check_tracker()
+        super().set_task(task, builder)
+
+    def check_tracker(self) -> None:
+        """Refuse to tune without a device: otherwise every trial fails after TVM's minute of
+        retries per connection, and a whole run ends with nothing measured and no error."""
+        if self._tracker_checked:
+            return
+        address = f"{self.host}:{self.port}"
+        try:
+            socket.create_connection((self.host, self.port), timeout=5).close()
+        except OSError as err:
+            raise AutoTVMError(f"cannot reach the RPC tracker at {address} ({err.strerror or err}); start one with "
+                               f"python -m tvm.exec.rpc_tracker --port {self.port}") from None
+        if servers_for_key(self.host, self.port, self.key) == 0:
+            raise AutoTVMError(f"the RPC tracker at {address} has no server for key {self.key!r}; start one with "
+                               f"python -m tvm.exec.rpc_server --tracker {address} --key {self.key}")
+        self._tracker_checked = True
 
     def _tracker(self) -> tuple:
         return (self.host, self.port, self.key, self.priority, max(int(self.timeout), 1) + 5)
@@ -240,6 +265,12 @@ class RPCRunner(LocalRunner):
     @property
     def n_parallel(self) -> int:  # type: ignore[override]
         return self._workers()
+
+
+def _has_cuda_gpu() -> bool:
+    import tvm
+
+    return bool(tvm.cuda(0).exist)
 
 
 def servers_for_key(host: str, port: int, key: str) -> int:
