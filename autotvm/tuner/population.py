@@ -307,6 +307,17 @@ class PopulationTuner(Tuner):
             member.score = flops
             self.on_measured(member, flops)
 
+    def reject(self, configs: Sequence[Any], reasons: Sequence[str]) -> None:
+        """A rejected child is learned as a failure (the screen model and the agents see it) and
+        gives its slot back, so it is bred again: on a GPU most children can be invalid, and a
+        generation of rejected members would leave the GA almost nothing to breed from."""
+        members = [self.by_index.get(c.index) for c in configs]
+        super().reject(configs, reasons)
+        for member in members:
+            if member is not None and any(m is member for m in self.population):
+                self.population = [m for m in self.population if m is not member]
+                self.to_breed += 1
+
     def learn_history(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
         """Resume from loaded records: the best of them become the population to breed from."""
         scored = sorted(((inp.config, self.flops_of(res)) for inp, res in zip(inputs, results)),

@@ -12,10 +12,14 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from ..env import AutoTVMError
-from ..measure.measure import MeasureInput, MeasureResult, create_measure_batch
+from ..measure.measure import MeasureErrorNo, MeasureInput, MeasureResult, create_measure_batch, failed
 from ..record import load_records, workload_key
 
 logger = logging.getLogger("autotvm")
+
+# checked before building (``task.checks_before_build``), at most this many rejected configs per
+# config a batch needs before the tuning stops: a space that is all but invalid for the target
+MAX_REJECTED_PER_TRIAL = 200
 
 
 @contextlib.contextmanager
@@ -62,6 +66,7 @@ class Tuner:
         self.tuner_seconds = 0.0  # time spent in next_batch + update: the tuner's overhead
         self.measure_seconds = 0.0
         self.history: list[dict] = []  # one row per trial: index, flops, best_flops, error_no
+        self.rejected = 0  # configs the target rejected before building (not trials; see ``reject``)
 
     def reset_best(self) -> None:
         self.best_config = None
@@ -78,6 +83,13 @@ class Tuner:
 
     def update(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
         """Learn from a measured batch (no-op by default)."""
+
+    def reject(self, configs: Sequence[Any], reasons: Sequence[str]) -> None:
+        """Configs the target rejected before any build (``task.check``). They are not trials:
+        not measured, logged or counted against ``n_trial``. By default the tuner learns them as
+        failed measurements; a tuner that gave one a place (a population slot) frees it here."""
+        inputs = [MeasureInput(self.task.target, self.task, c) for c in configs]
+        self.update(inputs, [failed(MeasureErrorNo.INSTANTIATION_ERROR, why) for why in reasons])
 
     def reset(self) -> None:
         """Forget everything learned and visited."""
@@ -151,6 +163,35 @@ class Tuner:
         with _interrupt_between_batches() as interrupted:
             self._loop(measure_batch, n_parallel, n_trial, early_stopping, callbacks, interrupted)
 
+    def _next_valid_batch(self, size: int) -> list:
+        """The next batch; where the task checks configs before building (GPU targets), without
+        the ones it rejects, which go to ``reject`` while more are proposed in their place."""
+        configs = self._timed(self.next_batch, size)
+        if not getattr(self.task, "checks_before_build", False):
+            return configs
+        valid: list = []
+        rejected_here = 0
+        while configs:
+            t0 = time.perf_counter()
+            verdicts = [(c, self.task.check(c)) for c in configs]
+            self.measure_seconds += time.perf_counter() - t0  # the builder's first step, moved here
+            valid += [c for c, why in verdicts if why is None]
+            rejected = [(c, why) for c, why in verdicts if why is not None]
+            if rejected:
+                self.visited.update(c.index for c, _ in rejected)
+                self.rejected += len(rejected)
+                rejected_here += len(rejected)
+                self._timed(self.reject, [c for c, _ in rejected], [why for _, why in rejected])
+            if len(valid) >= size or not rejected or not self._timed(self.has_next):
+                break
+            if rejected_here >= MAX_REJECTED_PER_TRIAL * size:
+                if not valid:
+                    logger.warning("stopping: the last %d configs proposed for %s were all rejected by the target (%s)",
+                                   rejected_here, self.task.name, rejected[-1][1])
+                break
+            configs = self._timed(self.next_batch, size - len(valid))
+        return valid
+
     def _loop(self, measure_batch: Callable, n_parallel: int, n_trial: int, early_stopping: int | None,
               callbacks: Iterable[Callable], interrupted: Callable[[], bool]) -> None:
         self.n_trial = n_trial
@@ -160,7 +201,7 @@ class Tuner:
         i = error_ct = 0
         self.best_iter = 0
         while i < n_trial and self._timed(self.has_next):
-            configs = self._timed(self.next_batch, min(n_parallel, n_trial - i))
+            configs = self._next_valid_batch(min(n_parallel, n_trial - i))
             if not configs:
                 break
             configs = configs[: n_trial - i]
