@@ -104,6 +104,11 @@ def device_of(target: tvm.target.Target) -> str:
     return "cuda" if target.kind.name == "cuda" else "cpu"
 
 
+def device_exists(target: tvm.target.Target) -> bool:
+    """Whether this machine can run code built for ``target`` (a CUDA target needs a GPU here)."""
+    return bool(tvm.device(device_of(target), 0).exist)
+
+
 def _cheap_stack(context: int = 1) -> list:
     """``inspect.stack`` without reading source lines: TVMScript only needs the frames."""
     frame = sys._getframe(1)

@@ -206,3 +206,18 @@ def test_ctrl_c_leaves_a_valid_log_and_rerun_resumes(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     rows = [json.loads(line) for line in log.read_text().splitlines()]
     assert len(rows) == 40 and len({r["config"]["index"] for r in rows}) == 40
+
+
+def test_cuda_without_a_gpu_is_one_line_for_tune_and_benchmark(tmp_path):
+    import tvm
+
+    if tvm.cuda(0).exist:
+        pytest.skip("this machine has a CUDA GPU")
+    config = {"models": [{"name": "m", "type": "op", "workload": "mm64"}], "target": "cuda",
+              "autotuner_settings": {"trials": 2, "save_path": str(tmp_path)}}
+    for method, words in (("benchmark", ["config key target", "no cuda device"]), ("tune", ["no CUDA GPU", "RPC"])):
+        result = driver(f"-m={method}", "-c=" + json.dumps(config))
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+        # besides our line, only TVM's own warning that it defaults the GPU architecture
+        others = [ln for ln in result.stderr.splitlines() if ln.strip() and "Unable to detect CUDA version" not in ln]
+        assert len(others) == 1 and all(w in others[0] for w in words), result.stderr

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 import autotvm
+from autotvm.env import AutoTVMError, device_exists, device_of
 
 from .config import writable_dir
 from .plots import bar_chart
@@ -119,6 +120,9 @@ def benchmark_models(config: dict) -> list[dict]:
     settings, run = config["autotuner_settings"], config["run_settings"]
     out_dir = writable_dir(settings["save_path"], "autotuner_settings.save_path")
     target = autotvm.make_target(config["target"])
+    if not device_exists(target):
+        raise AutoTVMError(f"config key target: benchmark runs the models on this machine, which has no "
+                           f"{device_of(target)} device for {target.kind.name!r}")
     rows = []
     for spec in config["models"]:
         model, mod, params = load_program(spec)

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 from tvm.support.popen_pool import PopenPoolExecutor
 
-from ..env import AutoTVMError, device_of
+from ..env import AutoTVMError, device_exists, device_of
 from ..task.space import InstantiationError
 from . import workers
 from .measure import BuildResult, MeasureErrorNo, MeasureInput, MeasureResult, failed
@@ -159,7 +159,7 @@ class LocalRunner:
     def set_task(self, task: Any, builder: LocalBuilder) -> None:
         """Prepare for a task: its device and, when checking, the reference program."""
         self._device = device_of(task.target)
-        if self._device == "cuda" and self._tracker() is None and not _has_cuda_gpu():
+        if self._tracker() is None and not device_exists(task.target):
             raise AutoTVMError(f"task {task.name!r} targets CUDA but this machine has no CUDA GPU; measure on one "
                                "through an RPC tracker (RPCRunner, or autotuner_settings.rpc) or tune for llvm")
         self._reference = builder.build_module(task.default_module(), task.target) if self.check_correctness else None
@@ -265,12 +265,6 @@ class RPCRunner(LocalRunner):
     @property
     def n_parallel(self) -> int:  # type: ignore[override]
         return self._workers()
-
-
-def _has_cuda_gpu() -> bool:
-    import tvm
-
-    return bool(tvm.cuda(0).exist)
 
 
 def servers_for_key(host: str, port: int, key: str) -> int:
