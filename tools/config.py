@@ -166,7 +166,9 @@ def load_config(arg: str) -> dict:
                               "'NHWC' or 'auto', not 'NCHW'")
     shared = data.get("autotuner_settings", {}).get("tuner_options", {})
     _check_tuner_options(shared, set().union(*TUNER_OPTIONS.values()), "autotuner_settings.tuner_options")
-    _check_experiment_tuners(data.get("experiments", {}))
+    experiments = data.get("experiments", {})
+    check_tuner_variants(experiments.get("tuners", DEFAULTS["experiments"]["tuners"]),
+                         experiments.get("tuner_options", {}), "experiments.tuners", "experiments.tuner_options")
     return _merge(DEFAULTS, data)
 
 
@@ -190,19 +192,20 @@ def _check_tuner_options(options: dict, accepted: set[str], key: str) -> None:
                 raise ConfigError(f"config key {key}.dqn: {err}") from None
 
 
-def _check_experiment_tuners(experiments: dict) -> None:
-    """Every experiment tuner is a registry name or NAME@LABEL, and a variant's options belong to
-    a tuner of the list and are options its NAME takes."""
+def check_tuner_variants(tuners: list[str], per_tuner: dict, tuners_key: str, options_key: str) -> None:
+    """Every tuner is a registry name or NAME@LABEL, and each tuner's options belong to a tuner of
+    the list and are options its NAME takes (``*_key``: how the user gave them, for the message)."""
     allowed = list(TUNERS) + ["metaschedule"]
-    tuners = experiments.get("tuners", DEFAULTS["experiments"]["tuners"])
     for i, name in enumerate(tuners):
         if base_tuner(name) not in allowed:
-            raise ConfigError(f"config key experiments.tuners.{i}: {name!r} is not allowed; allowed: "
-                              f"{', '.join(allowed)}, or NAME@LABEL for NAME with experiments.tuner_options[NAME@LABEL]")
-    for name, options in experiments.get("tuner_options", {}).items():
-        key = f"experiments.tuner_options.{name}"
+            raise ConfigError(f"config key {tuners_key}.{i}: {name!r} is not allowed; allowed: "
+                              f"{', '.join(allowed)}, or NAME@LABEL for NAME with {options_key}[NAME@LABEL]")
+    for name, options in per_tuner.items():
+        key = f"{options_key}.{name}"
         if name not in tuners:
-            raise ConfigError(f"config key {key}: not one of experiments.tuners ({', '.join(tuners)})")
+            raise ConfigError(f"config key {key}: not one of {tuners_key} ({', '.join(tuners)})")
+        if not isinstance(options, dict):
+            raise ConfigError(f"config key {key}: must be an object of tuner options, got {options!r}")
         accepted = TUNER_OPTIONS.get(base_tuner(name), set())
         if not accepted and options:
             raise ConfigError(f"config key {key}: {base_tuner(name)} takes no tuner options")
