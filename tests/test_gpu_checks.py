@@ -88,3 +88,11 @@ def test_measuring_on_cuda_without_a_gpu_is_a_clear_error(cuda_task):
     option = autotvm.measure_option(autotvm.LocalBuilder(n_parallel=1), autotvm.LocalRunner())
     with pytest.raises(autotvm.AutoTVMError, match="no CUDA GPU.*RPC"):
         make_tuner("random", cuda_task, seed=0).tune(2, option)
+
+
+def test_the_tune_summary_counts_the_configs_the_target_rejected():
+    from tools.tune import format_summary
+
+    row = {"model": "m", "task": "mm", "weight": 1, "trials": 64, "best_gflops": 1.0, "seconds": 2.0}
+    assert "rejected" not in format_summary([dict(row, rejected=0)])  # LLVM: nothing to say
+    assert "rejected before building (not trials): 455" in format_summary([dict(row, rejected=455)])

@@ -80,7 +80,8 @@ def _tune_task(task: Any, i: int, n_tasks: int, model: str, settings: dict, opti
                    callbacks=[autotvm.callback.progress_bar(remaining, prefix=prefix),
                               autotvm.callback.log_to_file(log)])
     return {"model": model, "task": task.name, "weight": task.weight, "trials": done + len(tuner.history),
-            "resumed": done, "best_gflops": tuner.best_flops / 1e9, "seconds": time.perf_counter() - start}
+            "resumed": done, "best_gflops": tuner.best_flops / 1e9, "seconds": time.perf_counter() - start,
+            "rejected": tuner.rejected}
 
 
 def format_summary(rows: list[dict]) -> str:
@@ -91,4 +92,7 @@ def format_summary(rows: list[dict]) -> str:
                      f"{r['best_gflops']:12.2f} {r['seconds']:8.1f}")
     total = sum(r["seconds"] for r in rows)
     lines.append(f"total tuning time: {total:.1f} s")
+    rejected = sum(r.get("rejected", 0) for r in rows)
+    if rejected:  # GPU targets: configs over the device's limits, skipped before building
+        lines.append(f"configs the target rejected before building (not trials): {rejected}")
     return "\n".join(lines)
