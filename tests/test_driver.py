@@ -152,6 +152,7 @@ def test_malformed_json_says_line_and_column(tmp_path):
     ({"autotuner_settings": {"tuner_options": {"pop_szie": 4}}}, ["tuner_options.pop_szie", "pop_size"]),
     ({"autotuner_settings": {"tuner_options": {"dqn": {"gama": 0.5}}}}, ["tuner_options.dqn", "'gama'", "gamma"]),
     ({"autotuner_settings": {"tuner_options": {"reward": "best"}}}, ["ga-dqn tuner options", "'best'", "improvement"]),
+    ({"autotuner_settings": {"tuner_options": {"pop_size": "big"}}}, ["tuner_options.pop_size", "an integer", "'big'"]),
     ({"experiments": {"tuners": ["ga", "gaa@x"]}}, ["experiments.tuners.1", "gaa@x", "NAME@LABEL"]),
     ({"experiments": {"tuners": ["ga", "ga@x"], "tuner_options": {"ga@y": {}}}}, ["tuner_options.ga@y", "ga, ga@x"]),
     ({"experiments": {"tuners": ["ga@x"], "tuner_options": {"ga@x": {"reward": "r1"}}}},

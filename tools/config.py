@@ -18,7 +18,7 @@ from autotvm.task.relax_integration import CONV_ALGORITHMS, CONV_LAYOUTS
 from rl_tuner.dqn import DQNConfig
 
 from .models import HF_MODELS, MODEL_TYPES
-from .tuners import TUNER_OPTIONS, TUNERS
+from .tuners import TUNER_OPTIONS, TUNERS, wrong_type
 from .workloads import WORKLOADS
 
 EXPERIMENTS = ("compare_tuners", "compare_gadqn_ga", "compare_reward", "ablation", "trial_hyperparameters",
@@ -183,6 +183,9 @@ def _check_tuner_options(options: dict, accepted: set[str], key: str) -> None:
     for name, value in options.items():
         if name not in accepted:
             raise ConfigError(f"config key {key}.{name}: unknown tuner option; allowed: {', '.join(sorted(accepted))}")
+        problem = wrong_type(name, value)
+        if problem:
+            raise ConfigError(f"config key {key}.{name}: {problem}")
         if name == "dqn":
             if not isinstance(value, dict):
                 raise ConfigError(f"config key {key}.dqn: must be an object of DQN settings, got {value!r}")

@@ -37,6 +37,34 @@ TUNER_OPTIONS = {name: set(inspect.signature(factory).parameters) - {"task", "se
                  for name, factory in TUNERS.items()}
 
 
+def _default_types() -> dict[str, type]:
+    """The type of each option's default value, from the tuners' signatures (``None`` defaults,
+    which take several types, are left out)."""
+    types: dict[str, type] = {}
+    for factory in TUNERS.values():
+        for name, param in inspect.signature(factory).parameters.items():
+            if isinstance(param.default, (bool, int, float, str)):
+                types.setdefault(name, type(param.default))
+    return types
+
+
+OPTION_TYPES = _default_types()
+
+
+def wrong_type(name: str, value: Any) -> str | None:
+    """What is wrong with the type of option ``name`` = ``value`` (``None``: nothing)."""
+    expected = OPTION_TYPES.get(name)
+    if expected is None or value is None:  # None: the tuner's default (``make_tuner`` drops it)
+        return None
+    if expected is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    elif expected is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, expected)
+    return None if ok else f"must be {'a number' if expected is float else 'an integer' if expected is int else 'a ' + expected.__name__}, got {value!r}"
+
+
 def make_tuner(name: str, task: Any, seed: int | None = None, **options: Any) -> Any:
     """A tuner by name with only the options it understands (others are ignored: one config's
     options are shared by every tuner, e.g. ``pop_size`` for GA and GA-DQN, ``plan_size`` for
