@@ -145,6 +145,8 @@ def test_malformed_json_says_line_and_column(tmp_path):
     ({"autotuner_settings": {"tuner": "annealing"}}, ["autotuner_settings.tuner", "annealing", "ga-dqn"]),
     ({"models": [{"name": "x", "type": "op", "workload": "nope"}]}, ["nope", "c1"]),
     ({"models": [{"name": "x", "type": "onnx"}]}, ["models.0.type", "onnx", "hf"]),
+    ({"models": [{"name": "x", "type": "torch", "model": "mlp", "widht": 3}]}, ["models.0", "'widht'", "width"]),
+    ({"autotuner_settings": {"trails": 3}}, ["autotuner_settings: unknown key 'trails'", "trials"]),
     ({"models": [{"name": "x", "type": "hf", "model": "gpt9"}]}, ["gpt9", "bert"]),
     ({"experiments": {"names": ["race"]}}, ["experiments.names.0", "race", "compare_tuners"]),
     ({"autotuner_settings": {"trials": 0}}, ["autotuner_settings.trials", ">= 1"]),

@@ -31,7 +31,7 @@ SCHEMA: dict = {
     "additionalProperties": False,
     "properties": {
         "models": {"type": "array", "items": {
-            "type": "object", "required": ["name", "type"],
+            "type": "object", "required": ["name", "type"], "additionalProperties": False,
             "properties": {
                 "name": {"type": "string", "minLength": 1},
                 "type": {"enum": list(MODEL_TYPES)},
@@ -114,8 +114,9 @@ def _explain(error: jsonschema.ValidationError) -> str:
     if error.validator == "enum":
         return f"config key {key}: {error.instance!r} is not allowed; allowed: {', '.join(map(str, error.validator_value))}"
     if error.validator == "additionalProperties":
-        allowed = ", ".join(sorted(error.schema.get("properties", {})))
-        return f"config key {key}: {error.message.split('(')[0].strip()}; allowed keys: {allowed}"
+        known = error.schema.get("properties", {})
+        unknown = ", ".join(repr(k) for k in sorted(set(error.instance) - set(known)))
+        return f"config key {key}: unknown key {unknown}; allowed keys: {', '.join(sorted(known))}"
     if error.validator in ("minimum", "exclusiveMinimum"):
         return f"config key {key}: {error.instance!r} is too small; it must be >= {error.validator_value}" \
             if error.validator == "minimum" else f"config key {key}: {error.instance!r} must be > {error.validator_value}"
