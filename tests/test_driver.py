@@ -107,6 +107,13 @@ def test_experiment_writes_runs_summary_and_plots(tmp_path):
     assert again.stdout.count("reusing") == 4 + 1 + 4
 
 
+def test_a_previous_results_dir_that_does_not_exist_is_refused(tmp_path):
+    path, config = tiny_config(tmp_path)
+    config["experiments"]["previous_results_dir"] = str(tmp_path / "typo")
+    (tmp_path / "c.json").write_text(json.dumps(config))
+    _bad(driver("-m=experiment", f"-c={tmp_path / 'c.json'}"), "experiments.previous_results_dir", "typo")
+
+
 def test_experiment_variant_options_reach_the_tuner_and_a_refused_value_keeps_earlier_runs(tmp_path):
     path, config = tiny_config(tmp_path)
     config["experiments"].update(names=["compare_tuners"], repeats=1, tuners=["ga", "ga@bad"],

@@ -19,7 +19,7 @@ import numpy as np
 from rl_tuner.gadqn_tuner import REWARDS
 
 from .compare import ratio_lines, run_metaschedule, run_tuner, summarise
-from .config import base_tuner, writable_dir
+from .config import ConfigError, base_tuner, writable_dir
 from .measure_setup import measure_option_from_settings
 from .plots import hyperparameter_bars, monitor_plots, tuning_curves
 
@@ -41,6 +41,9 @@ class Experiment:
     def _load_previous(self, directory: str | None) -> dict:
         if not directory:
             return {}
+        if not os.path.isdir(directory):  # a wrong path would silently re-run every run
+            raise ConfigError(f"config key experiments.previous_results_dir: {directory!r} is not a folder; give the "
+                              "folder of an earlier experiment's outputs (<save_path>/<save_name>)")
         path = os.path.join(directory, self.name, "runs.json")
         if not os.path.exists(path):
             path = os.path.join(directory, "runs.json")
