@@ -2,8 +2,9 @@
 
 Each experiment writes under ``<save_path>/<save_name>/<experiment>/``: ``runs.json`` (every
 run's raw data), ``summary.csv``, ``ratios.txt`` (the geometric-mean ratios that answer the
-experiment's question, with 90% bootstrap intervals over seeds) and PNG plots. With ``previous_results_dir`` set, runs already
-saved there (same experiment, workload, variant, seed and trial budget) are reused, not re-run.
+experiment's question, with 90% bootstrap intervals over seeds) and PNG plots. With
+``previous_results_dir`` set, runs already saved there (same experiment, workload, variant, seed
+and trial budget) are reused, not re-run.
 """
 
 from __future__ import annotations
@@ -113,8 +114,8 @@ def _compare(name: str, config: dict, option: dict, variants: list[tuple[str, st
 
 def compare_tuners(config: dict, option: dict) -> Result:
     """Every tuner of ``experiments.tuners``; NAME@LABEL is NAME with ``experiments.tuner_options``
-    of NAME@LABEL (e.g. ``ga@screen`` with ``{"screen": 16}``). Ratios: each variant over its plain tuner,
-    then GA-DQN (else the first tuner) over each other one."""
+    of NAME@LABEL (e.g. ``ga@screen`` with ``{"screen": 16}``). Ratios: each variant over its
+    plain tuner, then GA-DQN (else the first tuner) over each other one."""
     tuners, per_tuner = config["experiments"]["tuners"], config["experiments"]["tuner_options"]
     variants = [(t, base_tuner(t), per_tuner.get(t, {})) for t in tuners]
     pairs = [(t, base_tuner(t)) for t in tuners if "@" in t and base_tuner(t) in tuners]

@@ -62,7 +62,8 @@ def wrong_type(name: str, value: Any) -> str | None:
         ok = isinstance(value, int) and not isinstance(value, bool)
     else:
         ok = isinstance(value, expected)
-    return None if ok else f"must be {'a number' if expected is float else 'an integer' if expected is int else 'a ' + expected.__name__}, got {value!r}"
+    kind = {float: "a number", int: "an integer", bool: "true or false", str: "a string"}[expected]
+    return None if ok else f"must be {kind}, got {value!r}"
 
 
 def make_tuner(name: str, task: Any, seed: int | None = None, **options: Any) -> Any:
