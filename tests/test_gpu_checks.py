@@ -96,3 +96,14 @@ def test_the_tune_summary_counts_the_configs_the_target_rejected():
     row = {"model": "m", "task": "mm", "weight": 1, "trials": 64, "best_gflops": 1.0, "seconds": 2.0}
     assert "rejected" not in format_summary([dict(row, rejected=0)])  # LLVM: nothing to say
     assert "rejected before building (not trials): 455" in format_summary([dict(row, rejected=455)])
+
+
+def test_a_space_the_target_rejects_entirely_ends_the_tuning_instead_of_looping():
+    from synthetic import one_knob_dominates, synthetic_measure
+
+    task = one_knob_dominates()
+    task.checks_before_build = True
+    task.check = lambda config: "postprocessor VerifyGPUCode rejected the config"  # nothing is valid
+    tuner = make_tuner("ga", task, seed=0, pop_size=8)
+    tuner.run_loop(synthetic_measure(task), 2, 16)
+    assert tuner.history == [] and 0 < tuner.rejected <= 200 * 2
