@@ -21,6 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import autotvm  # noqa: E402
 from tools.compare import format_table, ratio_lines, run_grid, summarise  # noqa: E402
 from tools.config import check_tuner_variants  # noqa: E402
+from tools.tuners import base_tuner  # noqa: E402
 from tools.plots import tuning_curves  # noqa: E402
 
 
@@ -64,7 +65,7 @@ def main() -> None:
     tuning_curves(runs, plot, f"Best GFLOPS vs trials, {args.trials} trials, {args.seeds} seeds")
     print(f"wrote {args.out} and {plot}")
     pairs = [("ga-dqn", base) for base in ("ga", "xgb", "ga-dqn-random", "random", "metaschedule")]
-    pairs += [(name, name.split("@")[0]) for name in args.tuners.split(",") if "@" in name]  # variant / plain
+    pairs += [(name, base_tuner(name)) for name in tuners if "@" in name]  # variant / plain
     print("\n".join(ratio_lines(rows, runs, pairs)))
 
 if __name__ == "__main__":

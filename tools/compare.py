@@ -21,7 +21,7 @@ import tvm
 import autotvm
 from autotvm.env import load_tensor_intrinsics
 
-from .tuners import make_tuner
+from .tuners import base_tuner, make_tuner
 from .workloads import workload
 
 
@@ -112,7 +112,7 @@ def run_grid(out: str, seeds: Iterable[int], ops: list[str], tuners: list[str], 
                 if name == "metaschedule":
                     run = run_metaschedule(op, seed, trials, **ms_settings)
                 else:
-                    run = run_tuner(op, name.split("@")[0], seed, trials, measure_option, options_for(op, name))
+                    run = run_tuner(op, base_tuner(name), seed, trials, measure_option, options_for(op, name))
                 run["tuner"] = name
                 runs.append(run)
                 print(f"{op:6} {name:16} seed {seed}: best {run['best_gflops']:7.2f} GFLOPS, "

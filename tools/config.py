@@ -18,7 +18,7 @@ from autotvm.task.relax_integration import CONV_ALGORITHMS, CONV_LAYOUTS
 from rl_tuner.dqn import DQNConfig
 
 from .models import HF_MODELS, MODEL_TYPES
-from .tuners import TUNER_OPTIONS, TUNERS, wrong_type
+from .tuners import TUNER_OPTIONS, TUNERS, base_tuner, wrong_type
 from .workloads import WORKLOADS
 
 EXPERIMENTS = ("compare_tuners", "compare_gadqn_ga", "compare_reward", "ablation", "trial_hyperparameters",
@@ -173,11 +173,6 @@ def load_config(arg: str) -> dict:
     return _merge(DEFAULTS, data)
 
 
-def base_tuner(name: str) -> str:
-    """The registry name of an experiment's tuner: NAME@LABEL is a variant of NAME (``compare_tuners.py``'s syntax)."""
-    return name.split("@")[0]
-
-
 def _check_tuner_options(options: dict, accepted: set[str], key: str) -> None:
     """Refuse an option no tuner takes: ``make_tuner`` gives each tuner only the options it
     understands, so a misspelt key would otherwise be silently ignored."""
@@ -192,7 +187,7 @@ def _check_tuner_options(options: dict, accepted: set[str], key: str) -> None:
                 raise ConfigError(f"config key {key}.dqn: must be an object of DQN settings, got {value!r}")
             try:
                 DQNConfig.from_dict(value)
-            except (ValueError, TypeError) as err:
+            except ValueError as err:
                 raise ConfigError(f"config key {key}.dqn: {err}") from None
 
 

@@ -20,9 +20,10 @@ import numpy as np
 from rl_tuner.gadqn_tuner import REWARDS
 
 from .compare import ratio_lines, run_metaschedule, run_tuner, summarise
-from .config import ConfigError, base_tuner, writable_dir
+from .config import ConfigError, writable_dir
 from .measure_setup import measure_option_from_settings
 from .plots import hyperparameter_bars, monitor_plots, tuning_curves
+from .tuners import base_tuner
 
 
 Result = tuple[list[dict], list[str]]  # an experiment's summary rows and its ratio lines

@@ -33,22 +33,17 @@ NOT_FROM_CONFIG = {
 # options each tuner accepts from a config (besides seed), read from its signature so that a new
 # keyword reaches the tuner without a second list to keep in step (one such list once dropped
 # GA-DQN's ``spread``)
-TUNER_OPTIONS = {name: set(inspect.signature(factory).parameters) - {"task", "seed"} - NOT_FROM_CONFIG.get(name, set())
-                 for name, factory in TUNERS.items()}
+_PARAMETERS = {name: inspect.signature(factory).parameters for name, factory in TUNERS.items()}
+TUNER_OPTIONS = {name: set(params) - {"task", "seed"} - NOT_FROM_CONFIG.get(name, set())
+                 for name, params in _PARAMETERS.items()}
+# the type of each option's default value (``None`` defaults, which take several types, are left out)
+OPTION_TYPES = {option: type(param.default) for params in reversed(list(_PARAMETERS.values()))
+                for option, param in params.items() if isinstance(param.default, (bool, int, float, str))}
 
 
-def _default_types() -> dict[str, type]:
-    """The type of each option's default value, from the tuners' signatures (``None`` defaults,
-    which take several types, are left out)."""
-    types: dict[str, type] = {}
-    for factory in TUNERS.values():
-        for name, param in inspect.signature(factory).parameters.items():
-            if isinstance(param.default, (bool, int, float, str)):
-                types.setdefault(name, type(param.default))
-    return types
-
-
-OPTION_TYPES = _default_types()
+def base_tuner(name: str) -> str:
+    """The registry name of a tuner given as NAME@LABEL, a variant of NAME with its own options."""
+    return name.split("@")[0]
 
 
 def wrong_type(name: str, value: Any) -> str | None:
