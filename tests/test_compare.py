@@ -118,3 +118,23 @@ def test_run_grid_resumes_and_measures_only_the_missing_runs(tmp_path):
     other.write_text(json.dumps({"machine": dict(machine_description(), family="25"), "runs": [kept]}))
     with pytest.raises(ValueError, match="cannot resume"):
         run_grid(str(other), [0], ["mm64"], ["random"], 4, option, options_for, {}, {})
+
+
+def test_held_out_move_ranking_finds_a_move_that_pays_and_nothing_where_none_does(tmp_path):
+    """``move_values.py``: moves ranked on some ablation runs are scored on the others; a move
+    that always pays is found, and where every move pays alike the top moves are worth x1."""
+    from move_values import ablation_transitions, held_out_gain
+
+    def run(good: float, seed: int) -> list:
+        moves = [(k, "(0, 3)") for k in range(10)]
+        return [(m, (good if m[0] == 0 else 0.01) * (1 + 0.1 * ((i * 7 + seed) % 3))) for i, m in enumerate(moves * 3)]
+
+    assert held_out_gain([run(1.0, s) for s in range(8)], 2, top=1, splits=20) > 5
+    assert held_out_gain([run(0.01, s) for s in range(8)], 2, top=1, splits=20) == pytest.approx(1.0, abs=0.15)
+    monitor = [{"mutated_knob": 1, "mutation_move": "(0, 3)", "reward": 0.5},
+               {"mutated_knob": None, "mutation_move": None, "reward": 0.0}]
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"machine": machine_description(), "runs": [
+        {"op": "c1", "tuner": "ga-dqn-random", "seed": 0, "monitor": monitor},
+        {"op": "c1", "tuner": "ga-dqn", "seed": 0, "monitor": monitor}]}))
+    assert ablation_transitions([str(path)]) == {"c1": [[((1, "(0, 3)"), 0.5), ((None, None), 0.0)]]}

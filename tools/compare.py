@@ -13,6 +13,7 @@ import os
 import statistics
 import tempfile
 import time
+from functools import partial
 from typing import Any, Callable, Iterable
 
 import numpy as np
@@ -67,11 +68,13 @@ def trials_to_fraction(curve: list[float], fraction: float = 0.9) -> int | None:
 
 def run_tuner(op: str, tuner_name: str, seed: int, trials: int, measure_option: dict,
               options: dict | None = None, target: Any = "llvm", log_path: str | None = None,
-              save_agent: str | None = None) -> dict:
+              save_agent: str | None = None, tuner_factory: Callable[..., Any] | None = None) -> dict:
     """Tune ``op`` with one tuner and seed; returns the run's record (plain data). ``save_agent``:
-    where to save a GA-DQN tuner's agents after the run (for a later task to start from)."""
+    where to save a GA-DQN tuner's agents after the run (for a later task to start from).
+    ``tuner_factory(task, seed=..., **options)`` builds a tuner that is not in the registry (a
+    benchmark's own variant); ``tuner_name`` then only names the run."""
     task = autotvm.task.create_from_primfunc(workload(op), target, name=op)
-    tuner = make_tuner(tuner_name, task, seed=seed, **(options or {}))
+    tuner = (tuner_factory or partial(make_tuner, tuner_name))(task, seed=seed, **(options or {}))
     callbacks = [autotvm.callback.log_to_file(log_path)] if log_path else []
     start = time.perf_counter()
     tuner.tune(trials, measure_option, callbacks=callbacks)

@@ -1,0 +1,201 @@
+"""Which mutation moves pay, how many runs it takes to know, and what knowing would be worth.
+
+GA-DQN has stayed level with its random-action ablation through every design of the mutation
+agent. This benchmark asks whether any move policy could do better, in three steps.
+
+1. ``--analyse``. The ablation takes its moves (a knob and a direction, a redraw, or "keep")
+   uniformly, so its runs give unbiased estimates of each move's mean reward. The reward is the
+   measured child's gain over its better parent. For every op this prints the moves worth most
+   over all ablation runs of the given result files. Then it asks how much data it takes to find
+   the good moves. Rank the moves on n runs, take the top 5, and score them on the other half of
+   the runs: the mean reward of those moves there, over the mean of all moves. The median is
+   taken over 300 random splits. n = 1 is the most a learner could know at the end of one
+   200-trial run, in hindsight, with every transition of that run.
+
+       python benchmarks/move_values.py --analyse benchmarks/results/*.json
+
+2. ``--agent OP=PATH`` (with ``--analyse``): the rank correlation between a saved agent's mean
+   Q per move and those estimates, over the moves seen at least 30 times. The Q rows come from
+   400 random configs of the op. It shows whether an agent has learned the moves' values.
+
+3. The default: a fixed prior policy against the ablation, on fresh seeds. The prior ranks the
+   valid moves by their estimated value over every ablation run of ``--prior-from`` (none of them
+   a test seed). It gives the screen's 16 candidates of a slot its top moves, as the agents do
+   with ``spread=1``. This is what a mutation agent that had learned the values perfectly, and
+   state-free, would do. The crossover point stays uniform, as in the ablation.
+
+       python benchmarks/move_values.py --prior-from benchmarks/results/*.json --first-seed 180 --seeds 6 \\
+           --out benchmarks/results/move_prior_seeds180-185.json
+
+If the prior beats the ablation, better learning (or knowledge carried into a run) could pay.
+If it is level, no move policy can lift GA-DQN above its ablation at this budget.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import json
+import os
+import random
+import statistics
+import sys
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import autotvm  # noqa: E402
+from autotvm.task.space import DIRECTIONS  # noqa: E402
+from rl_tuner import GADQNTuner  # noqa: E402
+from tools.compare import format_table, machine_description, ratio_lines, run_tuner, summarise  # noqa: E402
+from tools.workloads import workload  # noqa: E402
+
+ABLATIONS = ("ga-dqn-random", "ga-dqn-random@directed")  # the tuner names of directed-move ablation runs
+Move = tuple[Any, Any]  # (knob, move name), as the monitor writes them; (None, None) is "keep"
+
+
+def ablation_transitions(paths: list[str]) -> dict[str, list[list[tuple[Move, float]]]]:
+    """Per op, the (move, reward) pairs of every directed-move ablation run in ``paths``, one
+    list per run. Files without a recorded machine (the Zen 3 sessions) are skipped."""
+    runs: dict[str, list] = collections.defaultdict(list)
+    for path in paths:
+        try:
+            data = json.load(open(path))
+        except (OSError, ValueError):
+            continue
+        if not isinstance(data, dict) or not data.get("machine"):
+            continue
+        for run in data.get("runs", []):
+            monitor = (run.get("monitor") or []) if run.get("tuner") in ABLATIONS else []
+            if any(str(row.get("mutation_move")).startswith("(") for row in monitor):
+                runs[run["op"]].append([((row["mutated_knob"], row["mutation_move"]), row["reward"]) for row in monitor])
+    return runs
+
+
+def move_values(runs: list[list[tuple[Move, float]]]) -> dict[Move, list[float]]:
+    values: dict[Move, list[float]] = collections.defaultdict(list)
+    for run in runs:
+        for move, reward in run:
+            values[move].append(reward)
+    return values
+
+
+def held_out_gain(runs: list, n_train: int, top: int = 5, splits: int = 300) -> float:
+    """Median over random splits of the held-out mean reward of the ``top`` moves ranked on
+    ``n_train`` runs, over the held-out mean of all moves (the test half is the second half)."""
+    rng, gains = random.Random(1), []
+    for _ in range(splits):
+        order = rng.sample(range(len(runs)), len(runs))
+        train = move_values([runs[i] for i in order[:n_train]])
+        test = move_values([runs[i] for i in order[len(runs) // 2:]])
+        best = sorted(train, key=lambda m: -statistics.mean(train[m]))[:top]
+        picked = [r for m in best for r in test.get(m, [])]
+        every = [r for rewards in test.values() for r in rewards]
+        gains.append(statistics.mean(picked) / statistics.mean(every) if picked else 1.0)
+    return statistics.median(gains)
+
+
+def move_name(tuner: GADQNTuner, action: int) -> Move:
+    knob, move = tuner.decode_mutation(action)
+    return knob, (str(DIRECTIONS[move]) if isinstance(move, int) else move)
+
+
+def agent_correlation(op: str, path: str, values: dict[Move, list[float]]) -> str:
+    """The rank correlation of a saved agent's mean Q per move with the moves' estimated values."""
+    from scipy.stats import spearmanr
+
+    tuner = GADQNTuner(autotvm.task.create_from_primfunc(workload(op), "llvm", name=op), mode="greedy",
+                       checkpoint=path, seed=0)
+    rng = np.random.default_rng(0)
+    children = [[int(rng.integers(d)) for d in tuner.dims] for _ in range(400)]
+    q = tuner.mutation_agent.q_values(tuner._mutation_states(children, [0.8] * len(children), 0))
+    masks = tuner.mutation_masks([False] * len(children), children)
+    per_move: dict[Move, list[float]] = collections.defaultdict(list)
+    for row, mask in zip(q, masks):
+        for action in np.flatnonzero(mask):
+            per_move[move_name(tuner, int(action))].append(float(row[action]))
+    common = [m for m in per_move if len(values.get(m, [])) >= 30]
+    rho, p = spearmanr([statistics.mean(values[m]) for m in common], [statistics.mean(per_move[m]) for m in common])
+    return f"{op}: {path}: Spearman {rho:.3f} (p {p:.3f}) over {len(common)} moves"
+
+
+def analyse(paths: list[str], agents: dict[str, str]) -> None:
+    for op, runs in sorted(ablation_transitions(paths).items()):
+        values = move_values(runs)
+        mean = statistics.mean(r for rewards in values.values() for r in rewards)
+        print(f"{op}: {len(runs)} ablation runs, {sum(map(len, runs))} measured children, "
+              f"{len(values)} distinct moves, mean reward {mean:.4f}")
+        for move, rewards in sorted(values.items(), key=lambda kv: -statistics.mean(kv[1]))[:5]:
+            print(f"  knob {move[0]} {move[1]}: x{statistics.mean(rewards) / mean:.2f} of the mean "
+                  f"({len(rewards)} children, {np.mean(np.array(rewards) > 0):.2f} of them better than their parent)")
+        sizes = sorted({n for n in (1, 2, 6, 20, len(runs) // 2) if n <= len(runs) // 2})
+        gains = "; ".join(f"{n} run{'s' if n > 1 else ''} x{held_out_gain(runs, n):.2f}" for n in sizes)
+        print(f"  the top 5 moves ranked on n runs, on held-out runs: {gains}")
+        if op in agents:
+            print("  " + agent_correlation(op, agents[op], values))
+
+
+class PriorTuner(GADQNTuner):
+    """The ablation, except that the mutation move is ranked by a fixed table of move values
+    (a slot's candidates take the top of the ranking, as the agents do with ``spread=1``; ties
+    and moves not in the table at the table's mean, broken at random)."""
+
+    def __init__(self, task: Any, values: dict[Move, float], **options: Any) -> None:
+        super().__init__(task, action_policy="random", **options)
+        self.values = values
+        self.default_value = float(np.mean(list(values.values())))
+
+    def _choose(self, agent, states, masks, group=1):
+        if agent is not self.mutation_agent or group > 1:
+            return super()._choose(agent, states, masks, group)
+        score = np.array([self.values.get(move_name(self, a), self.default_value) for a in range(masks.shape[1])])
+        actions = np.empty(len(masks), np.int64)
+        for i, mask in enumerate(masks):
+            valid = np.flatnonzero(mask)
+            ranked = valid[np.lexsort((self.rng.random(len(valid)), -score[valid]))]
+            actions[i] = ranked[i % len(ranked)]
+        return actions, None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--analyse", nargs="+", metavar="RESULTS", help="result files to analyse (no tuning)")
+    parser.add_argument("--agent", action="append", default=[], metavar="OP=PATH", help="a saved agent to check")
+    parser.add_argument("--prior-from", nargs="+", default=glob.glob("benchmarks/results/*.json"), metavar="RESULTS")
+    parser.add_argument("--ops", default="c1,mm512,r3x3")
+    parser.add_argument("--trials", type=int, default=200)
+    parser.add_argument("--seeds", type=int, default=6)
+    parser.add_argument("--first-seed", type=int, default=180)
+    parser.add_argument("--out", default="results/move_prior.json")
+    args = parser.parse_args()
+    if args.analyse:
+        analyse(args.analyse, dict(a.split("=", 1) for a in args.agent))
+        return
+
+    ops, seeds = args.ops.split(","), range(args.first_seed, args.first_seed + args.seeds)
+    transitions = ablation_transitions(args.prior_from)
+    values = {op: {m: statistics.mean(r) for m, r in move_values(transitions[op]).items()} for op in ops}
+    builder = autotvm.LocalBuilder(n_parallel=2, timeout=30)
+    option = autotvm.measure_option(builder, autotvm.LocalRunner(number=3, repeat=3, timeout=10))
+    runs = json.load(open(args.out))["runs"] if os.path.exists(args.out) else []
+    done = {(r["op"], r["tuner"], r["seed"]) for r in runs}
+    for seed in seeds:
+        for op in ops:
+            for name in ("ga-dqn@prior", "ga-dqn-random"):
+                if (op, name, seed) in done:
+                    continue
+                factory = (lambda task, **kw: PriorTuner(task, values[op], **kw)) if name == "ga-dqn@prior" else None
+                run = run_tuner(op, name, seed, args.trials, option, tuner_factory=factory)
+                print(f"{op:6} {name:14} seed {seed}: best {run['best_gflops']:7.2f} GFLOPS", flush=True)
+                runs.append(run)
+                json.dump({"args": vars(args), "machine": machine_description(), "runs": runs}, open(args.out, "w"))
+    rows = summarise(runs)
+    print(format_table(rows))
+    print("\n".join(ratio_lines(rows, runs, [("ga-dqn@prior", "ga-dqn-random")])))
+
+
+if __name__ == "__main__":
+    main()
