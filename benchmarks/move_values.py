@@ -177,6 +177,10 @@ def main() -> None:
 
     ops, seeds = args.ops.split(","), range(args.first_seed, args.first_seed + args.seeds)
     transitions = ablation_transitions(args.prior_from)
+    missing = [op for op in ops if not transitions.get(op)]
+    if missing:
+        sys.exit(f"no ablation runs with directed moves for {', '.join(missing)} in --prior-from; "
+                 f"found them for: {', '.join(sorted(transitions)) or 'no op'}")
     values = {op: {m: statistics.mean(r) for m, r in move_values(transitions[op]).items()} for op in ops}
     builder = autotvm.LocalBuilder(n_parallel=2, timeout=30)
     option = autotvm.measure_option(builder, autotvm.LocalRunner(number=3, repeat=3, timeout=10))
