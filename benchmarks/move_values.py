@@ -50,7 +50,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import autotvm  # noqa: E402
 from autotvm.task.space import DIRECTIONS  # noqa: E402
 from rl_tuner import GADQNTuner  # noqa: E402
-from tools.compare import format_table, machine_description, ratio_lines, run_tuner, summarise  # noqa: E402
+from tools.compare import format_table, ratio_lines, run_grid, summarise  # noqa: E402
 from tools.workloads import workload  # noqa: E402
 
 ABLATIONS = ("ga-dqn-random", "ga-dqn-random@directed")  # the tuner names of directed-move ablation runs
@@ -145,13 +145,14 @@ class PriorTuner(GADQNTuner):
 
     def __init__(self, task: Any, values: dict[Move, float], **options: Any) -> None:
         super().__init__(task, action_policy="random", **options)
-        self.values = values
-        self.default_value = float(np.mean(list(values.values())))
+        default = float(np.mean(list(values.values())))
+        self.action_values = np.array([values.get(move_name(self, a), default)
+                                       for a in range(self.mutation_agent.n_actions)])
 
     def _choose(self, agent, states, masks, group=1):
         if agent is not self.mutation_agent or group > 1:
             return super()._choose(agent, states, masks, group)
-        score = np.array([self.values.get(move_name(self, a), self.default_value) for a in range(masks.shape[1])])
+        score = self.action_values
         actions = np.empty(len(masks), np.int64)
         for i, mask in enumerate(masks):
             valid = np.flatnonzero(mask)
@@ -184,18 +185,15 @@ def main() -> None:
     values = {op: {m: statistics.mean(r) for m, r in move_values(transitions[op]).items()} for op in ops}
     builder = autotvm.LocalBuilder(n_parallel=2, timeout=30)
     option = autotvm.measure_option(builder, autotvm.LocalRunner(number=3, repeat=3, timeout=10))
-    runs = json.load(open(args.out))["runs"] if os.path.exists(args.out) else []
-    done = {(r["op"], r["tuner"], r["seed"]) for r in runs}
-    for seed in seeds:
-        for op in ops:
-            for name in ("ga-dqn@prior", "ga-dqn-random"):
-                if (op, name, seed) in done:
-                    continue
-                factory = (lambda task, **kw: PriorTuner(task, values[op], **kw)) if name == "ga-dqn@prior" else None
-                run = run_tuner(op, name, seed, args.trials, option, tuner_factory=factory)
-                print(f"{op:6} {name:14} seed {seed}: best {run['best_gflops']:7.2f} GFLOPS", flush=True)
-                runs.append(run)
-                json.dump({"args": vars(args), "machine": machine_description(), "runs": runs}, open(args.out, "w"))
+
+    def options_for(op: str, name: str) -> dict:
+        return {"values": values[op]} if name == "ga-dqn@prior" else {}
+
+    try:
+        runs = run_grid(args.out, seeds, ops, ["ga-dqn@prior", "ga-dqn-random"], args.trials, option, options_for, {},
+                        {"args": vars(args)}, factories={"ga-dqn@prior": PriorTuner})
+    except ValueError as err:
+        sys.exit(str(err))
     rows = summarise(runs)
     print(format_table(rows))
     print("\n".join(ratio_lines(rows, runs, [("ga-dqn@prior", "ga-dqn-random")])))

@@ -93,10 +93,11 @@ def run_tuner(op: str, tuner_name: str, seed: int, trials: int, measure_option: 
 
 def run_grid(out: str, seeds: Iterable[int], ops: list[str], tuners: list[str], trials: int,
              measure_option: dict, options_for: Callable[[str, str], dict], ms_settings: dict,
-             header: dict) -> list[dict]:
+             header: dict, factories: dict[str, Callable[..., Any]] | None = None) -> list[dict]:
     """Every (seed, op, tuner) run, saved to ``out`` after each one (with ``header``, e.g. the
     command's arguments, and the machine), so that a stopped comparison resumes where it stopped.
-    ``tuner`` is a registry name, or NAME@LABEL for NAME with ``options_for(op, tuner)``; runs
+    ``tuner`` is a registry name, or NAME@LABEL for NAME with ``options_for(op, tuner)``, or a
+    name of ``factories``, built by that factory (``run_tuner``'s ``tuner_factory``); runs
     already in ``out`` are kept if they were timed on this machine."""
     machine, runs = machine_description(), []
     if os.path.exists(out):
@@ -115,7 +116,8 @@ def run_grid(out: str, seeds: Iterable[int], ops: list[str], tuners: list[str], 
                 if name == "metaschedule":
                     run = run_metaschedule(op, seed, trials, **ms_settings)
                 else:
-                    run = run_tuner(op, base_tuner(name), seed, trials, measure_option, options_for(op, name))
+                    run = run_tuner(op, base_tuner(name), seed, trials, measure_option, options_for(op, name),
+                                    tuner_factory=(factories or {}).get(name))
                 run["tuner"] = name
                 runs.append(run)
                 print(f"{op:6} {name:16} seed {seed}: best {run['best_gflops']:7.2f} GFLOPS, "
