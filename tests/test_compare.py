@@ -81,12 +81,12 @@ def test_pooled_runs_refuse_files_from_different_machines(tmp_path):
     """GFLOPS timed on two CPUs differ by several times, so pooling them would compare machines,
     not tuners: ``pooled_runs`` names both machines and refuses."""
     here = machine_description()
-    other = dict(here, family="25", vector="avx2")
+    other = dict(here, cpu="Another CPU", vector="sse")  # unlike any machine this runs on
     old, new, same = tmp_path / "old.json", tmp_path / "new.json", tmp_path / "same.json"
     old.write_text(json.dumps({"machine": other, "runs": _runs("ga", "x", [50])}))
     new.write_text(json.dumps({"machine": here, "runs": _runs("ga", "x", [180])}))
     same.write_text(json.dumps({"machine": here, "runs": _runs("ga-dqn", "x", [190])}))
-    with pytest.raises(ValueError, match="different machines.*family 25.*avx2"):
+    with pytest.raises(ValueError, match="different machines.*Another CPU.*sse"):
         pooled_runs([str(old), str(new)], {}, None)
     assert len(pooled_runs([str(new), str(same)], {}, None)) == 2
 
@@ -115,15 +115,16 @@ def test_run_grid_resumes_and_measures_only_the_missing_runs(tmp_path):
     assert json.loads(out.read_text())["runs"] == runs
 
     other = tmp_path / "other.json"
-    other.write_text(json.dumps({"machine": dict(machine_description(), family="25"), "runs": [kept]}))
+    other.write_text(json.dumps({"machine": dict(machine_description(), cpu="Another CPU"), "runs": [kept]}))
     with pytest.raises(ValueError, match="cannot resume"):
         run_grid(str(other), [0], ["mm64"], ["random"], 4, option, options_for, {}, {})
 
 
 def test_held_out_move_ranking_finds_a_move_that_pays_and_nothing_where_none_does(tmp_path):
     """``move_values.py``: moves ranked on some ablation runs are scored on the others; a move
-    that always pays is found, and where every move pays alike the top moves are worth x1."""
-    from move_values import ablation_transitions, held_out_gain
+    that always pays is found, and where every move pays alike the top moves are worth x1. The
+    runs' transitions are read per mutation move or per crossover cut point."""
+    from move_values import ablation_transitions, held_out_gain, spread_test
 
     def run(good: float, seed: int) -> list:
         moves = [(k, "(0, 3)") for k in range(10)]
@@ -131,10 +132,13 @@ def test_held_out_move_ranking_finds_a_move_that_pays_and_nothing_where_none_doe
 
     assert held_out_gain([run(1.0, s) for s in range(8)], 2, top=1, splits=20) > 5
     assert held_out_gain([run(0.01, s) for s in range(8)], 2, top=1, splits=20) == pytest.approx(1.0, abs=0.15)
-    monitor = [{"mutated_knob": 1, "mutation_move": "(0, 3)", "reward": 0.5},
-               {"mutated_knob": None, "mutation_move": None, "reward": 0.0}]
+    monitor = [{"mutated_knob": 1, "mutation_move": "(0, 3)", "crossover_action": 2, "reward": 0.5},
+               {"mutated_knob": None, "mutation_move": None, "crossover_action": 0, "reward": 0.0}]
     path = tmp_path / "r.json"
     path.write_text(json.dumps({"machine": machine_description(), "runs": [
         {"op": "c1", "tuner": "ga-dqn-random", "seed": 0, "monitor": monitor},
         {"op": "c1", "tuner": "ga-dqn", "seed": 0, "monitor": monitor}]}))
     assert ablation_transitions([str(path)]) == {"c1": [[((1, "(0, 3)"), 0.5), ((None, None), 0.0)]]}
+    assert ablation_transitions([str(path)], "crossover") == {"c1": [[(2, 0.5), (0, 0.0)]]}
+    assert spread_test({0: [0.0] * 20 + [1.0] * 5, 1: [0.0] * 5 + [1.0] * 20}) < 0.01
+    assert spread_test({0: [0.0, 1.0] * 10, 1: [1.0, 0.0] * 10}) > 0.5
