@@ -1,4 +1,5 @@
-"""Which mutation moves pay, how many runs it takes to know, and what knowing would be worth.
+"""Which mutation moves (and crossover cut points) pay, how many runs it takes to know, and what
+knowing would be worth.
 
 GA-DQN has stayed level with its random-action ablation through every design of the mutation
 agent. This benchmark asks whether any move policy could do better, in three steps.
@@ -10,7 +11,10 @@ agent. This benchmark asks whether any move policy could do better, in three ste
    the good moves. Rank the moves on n runs, take the top 5, and score them on the other half of
    the runs: the mean reward of those moves there, over the mean of all moves. The median is
    taken over 300 random splits. n = 1 is the most a learner could know at the end of one
-   200-trial run, in hindsight, with every transition of that run.
+   200-trial run, in hindsight, with every transition of that run. The same is done for the
+   crossover agent's action, the cut point (the ablation draws it uniformly too), with the best
+   cut point in place of the top 5 moves. A Kruskal-Wallis test says, for the moves and for the
+   cut points, whether the actions' rewards differ at all.
 
        python benchmarks/move_values.py --analyse benchmarks/results/*.json
 
@@ -57,9 +61,17 @@ ABLATIONS = ("ga-dqn-random", "ga-dqn-random@directed")  # the tuner names of di
 Move = tuple[Any, Any]  # (knob, move name), as the monitor writes them; (None, None) is "keep"
 
 
-def ablation_transitions(paths: list[str]) -> dict[str, list[list[tuple[Move, float]]]]:
-    """Per op, the (move, reward) pairs of every directed-move ablation run in ``paths``, one
-    list per run. Files without a recorded machine (the Zen 3 sessions) are skipped."""
+CHOICES = {  # what a monitor row says each agent chose
+    "mutation": lambda row: (row["mutated_knob"], row["mutation_move"]),
+    "crossover": lambda row: row["crossover_action"],
+}
+
+
+def ablation_transitions(paths: list[str], choice: str = "mutation") -> dict[str, list[list[tuple[Any, float]]]]:
+    """Per op, the (action, reward) pairs of every directed-move ablation run in ``paths``, one
+    list per run; the action is the mutation move or, with ``choice="crossover"``, the cut point.
+    Files without a recorded machine (the Zen 3 sessions) are skipped."""
+    action_of = CHOICES[choice]
     runs: dict[str, list] = collections.defaultdict(list)
     for path in paths:
         try:
@@ -71,7 +83,7 @@ def ablation_transitions(paths: list[str]) -> dict[str, list[list[tuple[Move, fl
         for run in data.get("runs", []):
             monitor = (run.get("monitor") or []) if run.get("tuner") in ABLATIONS else []
             if any(str(row.get("mutation_move")).startswith("(") for row in monitor):
-                runs[run["op"]].append([((row["mutated_knob"], row["mutation_move"]), row["reward"]) for row in monitor])
+                runs[run["op"]].append([(action_of(row), row["reward"]) for row in monitor])
     return runs
 
 
@@ -122,7 +134,29 @@ def agent_correlation(op: str, path: str, values: dict[Move, list[float]]) -> st
     return f"{op}: {path}: Spearman {rho:.3f} (p {p:.3f}) over {len(common)} moves"
 
 
+def spread_test(values: dict[Any, list[float]]) -> float:
+    """The Kruskal-Wallis p-value of "every action's rewards come from one distribution" (over
+    the actions taken at least 5 times; NaN where fewer than two were)."""
+    from scipy.stats import kruskal
+
+    groups = [rewards for rewards in values.values() if len(rewards) >= 5]
+    return float(kruskal(*groups).pvalue) if len(groups) > 1 else float("nan")
+
+
+def cut_point_lines(runs: list, mean: float) -> list[str]:
+    """The crossover cut points' values (x the mean reward, with their standard error), whether
+    they differ at all, and what ranking them on n runs is worth on held-out runs."""
+    values = move_values(runs)
+    cuts = ", ".join(f"{cut}: x{np.mean(r) / mean:.2f} (se {np.std(r) / np.sqrt(len(r)) / mean:.2f})"
+                     for cut, r in sorted(values.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)))
+    gains = "; ".join(f"{n} run{'s' if n > 1 else ''} x{held_out_gain(runs, n, top=1):.2f}"
+                      for n in sorted({n for n in (1, 6, len(runs) // 2) if n <= len(runs) // 2}))
+    return [f"  crossover cut points (equal-values test p {spread_test(values):.2f}): {cuts}",
+            f"  the best cut point ranked on n runs, on held-out runs: {gains}"]
+
+
 def analyse(paths: list[str], agents: dict[str, str]) -> None:
+    crossover = ablation_transitions(paths, "crossover")
     for op, runs in sorted(ablation_transitions(paths).items()):
         values = move_values(runs)
         mean = statistics.mean(r for rewards in values.values() for r in rewards)
@@ -134,6 +168,8 @@ def analyse(paths: list[str], agents: dict[str, str]) -> None:
         sizes = sorted({n for n in (1, 2, 6, 20, len(runs) // 2) if n <= len(runs) // 2})
         gains = "; ".join(f"{n} run{'s' if n > 1 else ''} x{held_out_gain(runs, n):.2f}" for n in sizes)
         print(f"  the top 5 moves ranked on n runs, on held-out runs: {gains}")
+        print(f"  equal-values test of the moves: p {spread_test(values):.2g}")
+        print("\n".join(cut_point_lines(crossover[op], mean)))
         if op in agents:
             print("  " + agent_correlation(op, agents[op], values))
 

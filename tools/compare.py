@@ -29,8 +29,9 @@ from .workloads import workload
 def machine_description() -> dict:
     """The CPU the runs are timed on. GFLOPS from different CPUs are not comparable (this
     project's machines changed from 2 Zen 3 cores with AVX2 to 2 Zen 5 cores with AVX-512 between
-    the tenth and the eleventh session, and C1's best rose from ~50 to ~180 GFLOPS), so result
-    files carry it and pooling refuses to mix machines."""
+    the tenth and the eleventh session, and C1's best rose from ~50 to ~180 GFLOPS; the
+    twenty-second session had 2 Zen 4 cores, with C1 at ~90), so result files carry it and
+    pooling refuses to mix machines."""
     fields: dict[str, str] = {}
     if os.path.exists("/proc/cpuinfo"):
         for line in open("/proc/cpuinfo"):
