@@ -16,7 +16,10 @@ agent. This benchmark asks whether any move policy could do better, in three ste
    cut point in place of the top 5 moves. A Kruskal-Wallis test says, for the moves and for the
    cut points, whether the actions' rewards differ at all.
 
-       python benchmarks/move_values.py --analyse benchmarks/results/*.json
+       python benchmarks/move_values.py --analyse benchmarks/results/*.json --machine "family 26"
+
+   (``--machine "family 26"`` reads the Zen 5 runs alone, as the figures in benchmarks/README.md
+   were taken before the Zen 4 session's runs were added.)
 
 2. ``--agent OP=PATH`` (with ``--analyse``): the rank correlation between a saved agent's mean
    Q per move and those estimates, over the moves seen at least 30 times. The Q rows come from
@@ -28,7 +31,7 @@ agent. This benchmark asks whether any move policy could do better, in three ste
    with ``spread=1``. This is what a mutation agent that had learned the values perfectly, and
    state-free, would do. The crossover point stays uniform, as in the ablation.
 
-       python benchmarks/move_values.py --prior-from benchmarks/results/*.json --first-seed 180 --seeds 6 \\
+       python benchmarks/move_values.py --prior-from benchmarks/results/*.json --machine "family 26" --first-seed 180 --seeds 6 \\
            --out benchmarks/results/move_prior_seeds180-185.json
 
 If the prior beats the ablation, better learning (or knowledge carried into a run) could pay.
@@ -54,7 +57,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import autotvm  # noqa: E402
 from autotvm.task.space import DIRECTIONS  # noqa: E402
 from rl_tuner import GADQNTuner  # noqa: E402
-from tools.compare import format_table, ratio_lines, run_grid, summarise  # noqa: E402
+from tools.compare import format_table, machine_label, ratio_lines, run_grid, summarise  # noqa: E402
 from tools.workloads import workload  # noqa: E402
 
 ABLATIONS = ("ga-dqn-random", "ga-dqn-random@directed")  # the tuner names of directed-move ablation runs
@@ -67,10 +70,12 @@ CHOICES = {  # what a monitor row says each agent chose
 }
 
 
-def ablation_transitions(paths: list[str], choice: str = "mutation") -> dict[str, list[list[tuple[Any, float]]]]:
+def ablation_transitions(paths: list[str], choice: str = "mutation",
+                         machine: str = "") -> dict[str, list[list[tuple[Any, float]]]]:
     """Per op, the (action, reward) pairs of every directed-move ablation run in ``paths``, one
     list per run; the action is the mutation move or, with ``choice="crossover"``, the cut point.
-    Files without a recorded machine (the Zen 3 sessions) are skipped."""
+    Files without a recorded machine (the Zen 3 sessions) are skipped, and so are those whose
+    machine label does not contain ``machine`` (so one machine's runs can be read alone)."""
     action_of = CHOICES[choice]
     runs: dict[str, list] = collections.defaultdict(list)
     for path in paths:
@@ -78,7 +83,7 @@ def ablation_transitions(paths: list[str], choice: str = "mutation") -> dict[str
             data = json.load(open(path))
         except (OSError, ValueError):
             continue
-        if not isinstance(data, dict) or not data.get("machine"):
+        if not isinstance(data, dict) or not data.get("machine") or machine not in machine_label(data["machine"]):
             continue
         for run in data.get("runs", []):
             monitor = (run.get("monitor") or []) if run.get("tuner") in ABLATIONS else []
@@ -155,9 +160,9 @@ def cut_point_lines(runs: list, mean: float) -> list[str]:
             f"  the best cut point ranked on n runs, on held-out runs: {gains}"]
 
 
-def analyse(paths: list[str], agents: dict[str, str]) -> None:
-    crossover = ablation_transitions(paths, "crossover")
-    for op, runs in sorted(ablation_transitions(paths).items()):
+def analyse(paths: list[str], agents: dict[str, str], machine: str = "") -> None:
+    crossover = ablation_transitions(paths, "crossover", machine)
+    for op, runs in sorted(ablation_transitions(paths, machine=machine).items()):
         values = move_values(runs)
         mean = statistics.mean(r for rewards in values.values() for r in rewards)
         print(f"{op}: {len(runs)} ablation runs, {sum(map(len, runs))} measured children, "
@@ -202,6 +207,8 @@ def main() -> None:
     parser.add_argument("--analyse", nargs="+", metavar="RESULTS", help="result files to analyse (no tuning)")
     parser.add_argument("--agent", action="append", default=[], metavar="OP=PATH", help="a saved agent to check")
     parser.add_argument("--prior-from", nargs="+", default=glob.glob("benchmarks/results/*.json"), metavar="RESULTS")
+    parser.add_argument("--machine", default="", help='read only the runs of machines whose label contains this '
+                        '(e.g. "family 26" for the Zen 5 runs; default: every recorded machine)')
     parser.add_argument("--ops", default="c1,mm512,r3x3")
     parser.add_argument("--trials", type=int, default=200)
     parser.add_argument("--seeds", type=int, default=6)
@@ -209,11 +216,11 @@ def main() -> None:
     parser.add_argument("--out", default="results/move_prior.json")
     args = parser.parse_args()
     if args.analyse:
-        analyse(args.analyse, dict(a.split("=", 1) for a in args.agent))
+        analyse(args.analyse, dict(a.split("=", 1) for a in args.agent), args.machine)
         return
 
     ops, seeds = args.ops.split(","), range(args.first_seed, args.first_seed + args.seeds)
-    transitions = ablation_transitions(args.prior_from)
+    transitions = ablation_transitions(args.prior_from, machine=args.machine)
     missing = [op for op in ops if not transitions.get(op)]
     if missing:
         sys.exit(f"no ablation runs with directed moves for {', '.join(missing)} in --prior-from; "

@@ -140,5 +140,6 @@ def test_held_out_move_ranking_finds_a_move_that_pays_and_nothing_where_none_doe
         {"op": "c1", "tuner": "ga-dqn", "seed": 0, "monitor": monitor}]}))
     assert ablation_transitions([str(path)]) == {"c1": [[((1, "(0, 3)"), 0.5), ((None, None), 0.0)]]}
     assert ablation_transitions([str(path)], "crossover") == {"c1": [[(2, 0.5), (0, 0.0)]]}
+    assert ablation_transitions([str(path)], machine="Another CPU") == {}
     assert spread_test({0: [0.0] * 20 + [1.0] * 5, 1: [0.0] * 5 + [1.0] * 20}) < 0.01
     assert spread_test({0: [0.0, 1.0] * 10, 1: [1.0, 0.0] * 10}) > 0.5
