@@ -48,7 +48,7 @@ import os
 import random
 import statistics
 import sys
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 
@@ -70,13 +70,10 @@ CHOICES = {  # what a monitor row says each agent chose
 }
 
 
-def ablation_transitions(paths: list[str], choice: str = "mutation",
-                         machine: str = "") -> dict[str, list[list[tuple[Any, float]]]]:
-    """Per op, the (action, reward) pairs of every directed-move ablation run in ``paths``, one
-    list per run; the action is the mutation move or, with ``choice="crossover"``, the cut point.
-    Files without a recorded machine (the Zen 3 sessions) are skipped, and so are those whose
+def ablation_monitors(paths: list[str], machine: str = "") -> dict[str, list[list[dict]]]:
+    """Per op, the monitor rows of every directed-move ablation run in ``paths``, one list per
+    run. Files without a recorded machine (the Zen 3 sessions) are skipped, and so are those whose
     machine label does not contain ``machine`` (so one machine's runs can be read alone)."""
-    action_of = CHOICES[choice]
     runs: dict[str, list] = collections.defaultdict(list)
     for path in paths:
         try:
@@ -88,8 +85,23 @@ def ablation_transitions(paths: list[str], choice: str = "mutation",
         for run in data.get("runs", []):
             monitor = (run.get("monitor") or []) if run.get("tuner") in ABLATIONS else []
             if any(str(row.get("mutation_move")).startswith("(") for row in monitor):
-                runs[run["op"]].append([(action_of(row), row["reward"]) for row in monitor])
+                runs[run["op"]].append(monitor)
     return runs
+
+
+def transitions(monitors: dict[str, list[list[dict]]],
+                choice: str = "mutation") -> dict[str, list[list[tuple[Any, float]]]]:
+    """The (action, reward) pairs of ``ablation_monitors``' runs; the action is the mutation move
+    or, with ``choice="crossover"``, the cut point."""
+    action_of = CHOICES[choice]
+    return {op: [[(action_of(row), row["reward"]) for row in run] for run in runs] for op, runs in monitors.items()}
+
+
+def ablation_transitions(paths: list[str], choice: str = "mutation",
+                         machine: str = "") -> dict[str, list[list[tuple[Any, float]]]]:
+    """Per op, the (action, reward) pairs of every directed-move ablation run in ``paths`` (see
+    ``ablation_monitors`` and ``transitions``)."""
+    return transitions(ablation_monitors(paths, machine), choice)
 
 
 def move_values(runs: list[list[tuple[Move, float]]]) -> dict[Move, list[float]]:
@@ -113,6 +125,12 @@ def held_out_gain(runs: list, n_train: int, top: int = 5, splits: int = 300) -> 
         every = [r for rewards in test.values() for r in rewards]
         gains.append(statistics.mean(picked) / statistics.mean(every) if picked else 1.0)
     return statistics.median(gains)
+
+
+def held_out_line(runs: list, sizes: Iterable[int], top: int) -> str:
+    """``held_out_gain`` for each number of training runs in ``sizes`` (at most half the runs)."""
+    sizes = sorted({n for n in sizes if n <= len(runs) // 2})
+    return "; ".join(f"{n} run{'s' if n > 1 else ''} x{held_out_gain(runs, n, top=top):.2f}" for n in sizes)
 
 
 def move_name(tuner: GADQNTuner, action: int) -> Move:
@@ -154,15 +172,15 @@ def cut_point_lines(runs: list, mean: float) -> list[str]:
     values = move_values(runs)
     cuts = ", ".join(f"{cut}: x{np.mean(r) / mean:.2f} (se {np.std(r) / np.sqrt(len(r)) / mean:.2f})"
                      for cut, r in sorted(values.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)))
-    gains = "; ".join(f"{n} run{'s' if n > 1 else ''} x{held_out_gain(runs, n, top=1):.2f}"
-                      for n in sorted({n for n in (1, 6, len(runs) // 2) if n <= len(runs) // 2}))
+    curve = held_out_line(runs, (1, 6, len(runs) // 2), 1)
     return [f"  crossover cut points (equal-values test p {spread_test(values):.2f}): {cuts}",
-            f"  the best cut point ranked on n runs, on held-out runs: {gains}"]
+            f"  the best cut point ranked on n runs, on held-out runs: {curve}"]
 
 
 def analyse(paths: list[str], agents: dict[str, str], machine: str = "") -> None:
-    crossover = ablation_transitions(paths, "crossover", machine)
-    for op, runs in sorted(ablation_transitions(paths, machine=machine).items()):
+    monitors = ablation_monitors(paths, machine)
+    crossover = transitions(monitors, "crossover")
+    for op, runs in sorted(transitions(monitors).items()):
         values = move_values(runs)
         mean = statistics.mean(r for rewards in values.values() for r in rewards)
         print(f"{op}: {len(runs)} ablation runs, {sum(map(len, runs))} measured children, "
@@ -170,9 +188,8 @@ def analyse(paths: list[str], agents: dict[str, str], machine: str = "") -> None
         for move, rewards in sorted(values.items(), key=lambda kv: -statistics.mean(kv[1]))[:5]:
             print(f"  knob {move[0]} {move[1]}: x{statistics.mean(rewards) / mean:.2f} of the mean "
                   f"({len(rewards)} children, {np.mean(np.array(rewards) > 0):.2f} of them better than their parent)")
-        sizes = sorted({n for n in (1, 2, 6, 20, len(runs) // 2) if n <= len(runs) // 2})
-        gains = "; ".join(f"{n} run{'s' if n > 1 else ''} x{held_out_gain(runs, n):.2f}" for n in sizes)
-        print(f"  the top 5 moves ranked on n runs, on held-out runs: {gains}")
+        curve = held_out_line(runs, (1, 2, 6, 20, len(runs) // 2), 5)
+        print(f"  the top 5 moves ranked on n runs, on held-out runs: {curve}")
         print(f"  equal-values test of the moves: p {spread_test(values):.2g}")
         print("\n".join(cut_point_lines(crossover[op], mean)))
         if op in agents:
