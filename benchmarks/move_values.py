@@ -36,6 +36,7 @@ agent. This benchmark asks whether any move policy could do better, in three ste
 
 If the prior beats the ablation, better learning (or knowledge carried into a run) could pay.
 If it is level, no move policy can lift GA-DQN above its ablation at this budget.
+``state_policy.py`` asks the same of policies that read the agents' states (the parents, the child).
 """
 
 from __future__ import annotations

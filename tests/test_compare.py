@@ -4,6 +4,7 @@ import json
 import os
 import sys
 
+import numpy as np
 import pytest
 
 from tools.compare import format_table, geomean_ratio, geomean_ratio_interval, machine_description, summarise
@@ -143,3 +144,31 @@ def test_held_out_move_ranking_finds_a_move_that_pays_and_nothing_where_none_doe
     assert ablation_transitions([str(path)], machine="Another CPU") == {}
     assert spread_test({0: [0.0] * 20 + [1.0] * 5, 1: [0.0] * 5 + [1.0] * 20}) < 0.01
     assert spread_test({0: [0.0, 1.0] * 10, 1: [1.0, 0.0] * 10}) > 0.5
+
+
+def test_state_policy_estimate_finds_value_only_where_the_state_decides():
+    """``state_policy.py``'s off-policy estimate: where the paying action depends on the state,
+    the state-reading policy is worth x2 of uniform choices and a state-free one x1; where no
+    action pays more than another, both are worth x1."""
+    from state_policy import policy_values
+
+    rng = np.random.default_rng(0)
+
+    def runs(reward_of) -> list:
+        out = []
+        for _ in range(8):
+            run = []
+            for _ in range(150):
+                state, action = int(rng.integers(2)), int(rng.integers(2))
+                features = np.array([[state, a, rng.random()] for a in range(2)])
+                run.append({"features": features, "actions": [0, 1], "action": action,
+                            "reward": reward_of(state, action) + 0.05 * rng.random()})
+            out.append(run)
+        return out
+
+    decided = policy_values(runs(lambda state, action: float(state == action)))
+    assert decided["state"][0] == pytest.approx(2.0, abs=0.15) and decided["state"][1] > 1.5
+    assert decided["state-free"][0] == pytest.approx(1.0, abs=0.15)
+    level = policy_values(runs(lambda state, action: float(rng.random() < 0.5)))
+    for value, low, high in level.values():
+        assert value == pytest.approx(1.0, abs=0.2) and low < 1.0 < high
