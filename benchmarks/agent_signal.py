@@ -62,7 +62,7 @@ from autotvm.measure.measure import MeasureInput, create_measure_batch  # noqa: 
 from autotvm.tuner.cost_model import XGBCostModel  # noqa: E402
 from rl_tuner import GADQNTuner  # noqa: E402
 from rl_tuner.dqn import DQNAgent, DQNConfig  # noqa: E402
-from tools.compare import machine_description  # noqa: E402
+from tools.compare import comparison_measure_option, machine_description  # noqa: E402
 from tools.workloads import workload  # noqa: E402
 
 
@@ -397,8 +397,7 @@ def main() -> None:
     if args.analyse:
         data = {"runs": [run for path in args.analyse for run in json.load(open(path))["runs"]]}
     else:
-        measure_option = autotvm.measure_option(autotvm.LocalBuilder(n_parallel=2, timeout=30),
-                                                autotvm.LocalRunner(number=3, repeat=3, timeout=10))
+        measure_option = comparison_measure_option()
         data = {"args": vars(args), "machine": machine_description(), "runs": []}
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             for op in args.ops.split(","):

@@ -18,8 +18,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import autotvm  # noqa: E402
-from tools.compare import format_table, ratio_lines, run_grid, summarise  # noqa: E402
+from tools.compare import comparison_measure_option, format_table, ratio_lines, run_grid, summarise  # noqa: E402
 from tools.config import check_tuner_variants  # noqa: E402
 from tools.tuners import base_tuner  # noqa: E402
 from tools.plots import tuning_curves  # noqa: E402
@@ -44,8 +43,6 @@ def main() -> None:
     parser.add_argument("--plot", default=None, help="PNG of the tuning curves (default: beside --out)")
     args = parser.parse_args()
 
-    builder = autotvm.LocalBuilder(n_parallel=args.n_parallel, timeout=30)
-    runner = autotvm.LocalRunner(number=args.number, repeat=args.repeat, timeout=10)
     per_tuner = json.loads(args.options)
     tuners = args.tuners.split(",")
     try:  # a misspelt option would otherwise be ignored by make_tuner, and the run measure the default
@@ -55,7 +52,7 @@ def main() -> None:
     ms_settings = {"number": args.number, "repeat": args.repeat, "min_repeat_ms": 0, "n_parallel": args.n_parallel}
     try:
         runs = run_grid(args.out, range(args.first_seed, args.first_seed + args.seeds), args.ops.split(","),
-                        tuners, args.trials, autotvm.measure_option(builder, runner),
+                        tuners, args.trials, comparison_measure_option(args.n_parallel, args.number, args.repeat),
                         lambda _op, name: per_tuner.get(name, {}), ms_settings, {"args": vars(args)})
     except ValueError as err:
         sys.exit(str(err))

@@ -24,6 +24,7 @@ import tvm  # noqa: E402
 
 import autotvm  # noqa: E402
 from autotvm.task.trace_task import TraceTask  # noqa: E402
+from tools.compare import comparison_measure_option  # noqa: E402
 from tools.tune import load_program  # noqa: E402
 from tools.tuners import make_tuner  # noqa: E402
 
@@ -59,8 +60,7 @@ def main() -> None:
     spec = json.load(open(args.config))["models"][0]
     target = autotvm.make_target("llvm")
     _, mod, params = load_program(spec)
-    option = autotvm.measure_option(autotvm.LocalBuilder(n_parallel=2, timeout=30),
-                                    autotvm.LocalRunner(number=3, repeat=3, timeout=10))
+    option = comparison_measure_option()
     for variant in args.variants.split(","):
         layout, algorithm = VARIANTS[variant]
         tasks = autotvm.task.extract_from_program(mod, target, params, conv_layout=layout, conv_algorithm=algorithm)

@@ -58,7 +58,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import autotvm  # noqa: E402
 from autotvm.task.space import DIRECTIONS  # noqa: E402
 from rl_tuner import GADQNTuner  # noqa: E402
-from tools.compare import format_table, machine_label, ratio_lines, run_grid, summarise  # noqa: E402
+from tools.compare import (comparison_measure_option, format_table, machine_label, ratio_lines,  # noqa: E402
+                           run_grid, summarise)
 from tools.workloads import workload  # noqa: E402
 
 ABLATIONS = ("ga-dqn-random", "ga-dqn-random@directed")  # the tuner names of directed-move ablation runs
@@ -244,8 +245,7 @@ def main() -> None:
         sys.exit(f"no ablation runs with directed moves for {', '.join(missing)} in --prior-from; "
                  f"found them for: {', '.join(sorted(transitions)) or 'no op'}")
     values = {op: {m: statistics.mean(r) for m, r in move_values(transitions[op]).items()} for op in ops}
-    builder = autotvm.LocalBuilder(n_parallel=2, timeout=30)
-    option = autotvm.measure_option(builder, autotvm.LocalRunner(number=3, repeat=3, timeout=10))
+    option = comparison_measure_option()
 
     def options_for(op: str, name: str) -> dict:
         return {"values": values[op]} if name == "ga-dqn@prior" else {}

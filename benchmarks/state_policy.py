@@ -47,7 +47,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import autotvm  # noqa: E402
 from autotvm.task.space import DIRECTIONS  # noqa: E402
 from rl_tuner import GADQNTuner  # noqa: E402
-from tools.compare import format_table, ratio_lines, run_grid, summarise  # noqa: E402
+from tools.compare import comparison_measure_option, format_table, ratio_lines, run_grid, summarise  # noqa: E402
 
 TUNER = "ga-dqn-random@states"
 MODEL_TUNER = "ga-dqn-random@model-cuts"
@@ -86,8 +86,7 @@ class RecordingAblation(GADQNTuner):
 
 def record(args: argparse.Namespace, tuners: tuple[str, ...] = (TUNER,),
            options_for: Any = lambda op, name: {}) -> list[dict]:
-    builder = autotvm.LocalBuilder(n_parallel=2, timeout=30)
-    option = autotvm.measure_option(builder, autotvm.LocalRunner(number=3, repeat=3, timeout=10))
+    option = comparison_measure_option()
     seeds = range(args.first_seed, args.first_seed + args.seeds)
     try:
         return run_grid(args.out, seeds, args.ops.split(","), list(tuners), args.trials, option, options_for, {},

@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import autotvm  # noqa: E402
 from autotvm.tuner import RandomTuner, XGBTuner  # noqa: E402
-from tools.compare import run_metaschedule  # noqa: E402
+from tools.compare import comparison_measure_option, run_metaschedule  # noqa: E402
 from tools.workloads import workload  # noqa: E402
 
 
@@ -55,8 +55,7 @@ def main() -> None:
     parser.add_argument("--out", default="benchmarks/results/throughput.json")
     parser.add_argument("--parts", default="tuners,metaschedule,memory", help="which parts to run")
     args = parser.parse_args()
-    option = autotvm.measure_option(autotvm.LocalBuilder(n_parallel=2, timeout=30),
-                                    autotvm.LocalRunner(number=3, repeat=3, timeout=10))
+    option = comparison_measure_option()
     task = autotvm.task.create_from_primfunc(workload("c1"), "llvm", name="c1")
     report: dict = {}
 

@@ -31,8 +31,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import autotvm  # noqa: E402
-from tools.compare import format_table, ratio_lines, run_grid, run_tuner, summarise  # noqa: E402
+from tools.compare import comparison_measure_option, format_table, ratio_lines, run_grid, run_tuner, summarise  # noqa: E402
 
 # target op -> the sibling tasks its agent is pretrained on, in order (tools/workloads.py)
 FAMILIES = {"c1": ("pw96", "pw192"), "mm512": ("mm768", "mm1024"), "r3x3": ("r3x3-256", "r3x3-128")}
@@ -82,8 +81,7 @@ def main() -> None:
     if args.pretrain_on == "same" and set(test_seeds) & set(range(args.pretrain_seed, args.pretrain_seed + args.pretrain_runs)):
         sys.exit("--pretrain-on same: the pretraining seeds overlap the test seeds; pass another --pretrain-seed")
 
-    builder = autotvm.LocalBuilder(n_parallel=2, timeout=30)
-    option = autotvm.measure_option(builder, autotvm.LocalRunner(number=3, repeat=3, timeout=10))
+    option = comparison_measure_option()
     agents = args.agents or os.path.splitext(args.out)[0] + "_agents"
     checkpoint = {op: os.path.join(agents, f"{op}.pt") for op in ops}
     for op in ops:

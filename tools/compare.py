@@ -67,6 +67,14 @@ def trials_to_fraction(curve: list[float], fraction: float = 0.9) -> int | None:
     return next(i + 1 for i, v in enumerate(curve) if v >= goal)
 
 
+def comparison_measure_option(n_parallel: int = 2, number: int = 3, repeat: int = 3) -> dict:
+    """The measurement every tuner comparison uses (builds in ``n_parallel`` workers with a
+    30 s limit; ``repeat`` timings of ``number`` runs each, with a 10 s limit), so that the
+    runs of different benchmarks can be compared."""
+    return autotvm.measure_option(autotvm.LocalBuilder(n_parallel=n_parallel, timeout=30),
+                                  autotvm.LocalRunner(number=number, repeat=repeat, timeout=10))
+
+
 def run_tuner(op: str, tuner_name: str, seed: int, trials: int, measure_option: dict,
               options: dict | None = None, target: Any = "llvm", log_path: str | None = None,
               save_agent: str | None = None, tuner_factory: Callable[..., Any] | None = None) -> dict:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-from typing import Any
 
 import jsonschema
 
