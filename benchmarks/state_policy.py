@@ -14,7 +14,7 @@ such policy learnable from a few runs would be worth, without building one into 
    mutation, and the valid moves. Children whose move was redrawn because they were already
    measured (``repair``) are marked; their move was not uniform, and the estimate leaves them out.
 
-       python benchmarks/state_policy.py --first-seed 190 --seeds 8 --out benchmarks/results/state_policy_seeds190-197.json
+       python benchmarks/state_policy.py --first-seed 190 --seeds 10 --out benchmarks/results/state_policy_seeds190-199.json
 
 2. ``--analyse``. Per op and per agent, a gradient-boosted model of reward(state, action) is
    fitted on the other runs (folds by run, so no run informs its own policy); the policy takes
@@ -25,11 +25,18 @@ such policy learnable from a few runs would be worth, without building one into 
    bootstrap interval over runs, beside the same estimate for a state-free policy (the action
    with the best mean reward on the other runs), which is ``move_values.py``'s policy.
 
-       python benchmarks/state_policy.py --analyse benchmarks/results/state_policy_seeds190-197.json
+       python benchmarks/state_policy.py --analyse benchmarks/results/state_policy_seeds190-199.json [--folds 10]
 
-If the state-reading policy is worth about x1.0 too, no agent that reads these states can
-lift GA-DQN above its ablation on this evidence; if it is worth clearly more than the state-free
-one, a design that reads the state better is worth building.
+3. ``--crossover-from``: the state-reading cut-point policy, fitted on every recorded run of
+   each op, run online against the recording ablation on fresh seeds (mutation moves uniform in
+   both), to see whether what step 2 estimates carries into the best config found.
+
+       python benchmarks/state_policy.py --crossover-from benchmarks/results/state_policy_seeds190-199.json \
+           --first-seed 200 --seeds 5 --out benchmarks/results/state_policy_cuts_seeds200-204.json
+
+Measured (benchmarks/README.md, "Could a policy that reads its state do better?"): reading the
+child adds nothing to the moves' table, and the cut points of a model of the parents are level
+with uniform ones on fresh seeds.
 """
 
 from __future__ import annotations
@@ -86,11 +93,12 @@ class RecordingAblation(GADQNTuner):
 
 def record(args: argparse.Namespace, tuners: tuple[str, ...] = (TUNER,),
            options_for: Any = lambda op, name: {}) -> list[dict]:
-    option = comparison_measure_option()
+    """Every (seed, op, tuner) run of ``tuners``, saved to ``--out`` (resumed if stopped)."""
     seeds = range(args.first_seed, args.first_seed + args.seeds)
     try:
-        return run_grid(args.out, seeds, args.ops.split(","), list(tuners), args.trials, option, options_for, {},
-                 {"args": vars(args)}, factories={TUNER: RecordingAblation, MODEL_TUNER: ModelCrossover})
+        return run_grid(args.out, seeds, args.ops.split(","), list(tuners), args.trials, comparison_measure_option(),
+                        options_for, {}, {"args": vars(args)},
+                        factories={TUNER: RecordingAblation, MODEL_TUNER: ModelCrossover})
     except ValueError as err:
         sys.exit(str(err))
 
@@ -100,16 +108,18 @@ def cut_features(p1: list[int], p2: list[int], fitness: list[float], dims: np.nd
     """A row per cut point: its child's genes over the knobs' ranges, the parents' fitness, the
     cut, and how many knobs on each side of it the parents differ in."""
     p1, p2 = np.array(p1), np.array(p2)
-    differ = p1 != p2
-    return np.array([np.concatenate([np.concatenate([p1[: cut + 1], p2[cut + 1:]]) / np.maximum(dims - 1, 1), fitness,
-                                     [cut, differ[: cut + 1].sum(), differ[cut + 1:].sum()]])
-                     for cut in range(len(dims) - 1)])
+    differ, scale = p1 != p2, np.maximum(dims - 1, 1)
+    rows = []
+    for cut in range(len(dims) - 1):  # cut point ``cut`` takes knobs 0..cut from p1, the rest from p2
+        child = np.concatenate([p1[: cut + 1], p2[cut + 1:]]) / scale
+        rows.append(np.concatenate([child, fitness, [cut, differ[: cut + 1].sum(), differ[cut + 1:].sum()]]))
+    return np.array(rows)
 
 
 def crossover_samples(run: list[dict], dims: np.ndarray) -> list[dict]:
     """One sample per child bred by crossover, with ``cut_features`` for each cut point."""
-    return [{"features": cut_features(*row["parents"], row["parent_fitness"], dims), "actions": list(range(len(dims) - 1)),
-             "action": row["crossover_action"], "reward": row["reward"]}
+    return [{"features": cut_features(*row["parents"], row["parent_fitness"], dims),
+             "actions": list(range(len(dims) - 1)), "action": row["crossover_action"], "reward": row["reward"]}
             for row in run if "parents" in row and not row["repaired"]]
 
 
@@ -138,7 +148,8 @@ def action_means(samples: list[dict]) -> tuple[dict[Any, float], float]:
     rewards: dict[Any, list[float]] = {}
     for s in samples:
         rewards.setdefault(s["action"], []).append(s["reward"])
-    return {a: float(np.mean(r)) for a, r in rewards.items() if len(r) >= 5}, float(np.mean([s["reward"] for s in samples]))
+    table = {a: float(np.mean(r)) for a, r in rewards.items() if len(r) >= 5}
+    return table, float(np.mean([s["reward"] for s in samples]))
 
 
 def with_table(sample: dict, table: dict[Any, float], floor: float) -> np.ndarray:
@@ -147,7 +158,7 @@ def with_table(sample: dict, table: dict[Any, float], floor: float) -> np.ndarra
     return np.column_stack([sample["features"], [table.get(a, floor) for a in sample["actions"]]])
 
 
-def fit_reward_model(samples: list[dict], table: dict[Any, float], floor: float, seed: int) -> Any:
+def fit_model_policy(samples: list[dict], table: dict[Any, float], floor: float, seed: int) -> Any:
     """A small gradient-boosted regression of the reward on the logged action's features; returns
     the policy that takes the valid action of the highest predicted reward."""
     import xgboost
@@ -182,7 +193,7 @@ def policy_values(runs: list[list[dict]], folds: int = 4, seed: int = 0) -> dict
     for fold in range(folds):
         train = [s for run, f in zip(runs, fold_of) if f != fold for s in run]
         table, floor = action_means(train)
-        by_model = fit_reward_model(train, table, floor, seed)
+        by_model = fit_model_policy(train, table, floor, seed)
 
         def by_table(s: dict) -> Any:
             return max(s["actions"], key=lambda a: table.get(a, floor))
@@ -255,7 +266,7 @@ def compare_cut_policy(args: argparse.Namespace) -> None:
                    crossover_samples(run, op_tuner(op).dims_arr)]
         if not samples:
             sys.exit(f"no recorded runs of {op} in --crossover-from")
-        policies[op] = fit_reward_model(samples, *action_means(samples), seed=0)
+        policies[op] = fit_model_policy(samples, *action_means(samples), seed=0)
     runs = record(args, (MODEL_TUNER, TUNER), lambda op, name: {"policy": policies[op]} if name == MODEL_TUNER else {})
     rows = summarise(runs)
     print(format_table(rows))
@@ -270,7 +281,7 @@ def main() -> None:
     parser.add_argument("--folds", type=int, default=4, help="with --analyse: folds of runs (default 4)")
     parser.add_argument("--ops", default="c1,mm512,r3x3")
     parser.add_argument("--trials", type=int, default=200)
-    parser.add_argument("--seeds", type=int, default=8)
+    parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--first-seed", type=int, default=190)
     parser.add_argument("--out", default="results/state_policy.json")
     args = parser.parse_args()
