@@ -54,6 +54,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import autotvm  # noqa: E402
 from autotvm.task.space import DIRECTIONS  # noqa: E402
 from rl_tuner import GADQNTuner  # noqa: E402
+from move_values import move_values  # noqa: E402
 from tools.compare import comparison_measure_option, format_table, ratio_lines, run_grid, summarise  # noqa: E402
 
 TUNER = "ga-dqn-random@states"
@@ -145,9 +146,7 @@ def mutation_samples(run: list[dict], tuner: GADQNTuner) -> list[dict]:
 def action_means(samples: list[dict]) -> tuple[dict[Any, float], float]:
     """Each action's mean reward over ``samples`` (taken at least 5 times), and the mean of all,
     for the actions taken fewer times."""
-    rewards: dict[Any, list[float]] = {}
-    for s in samples:
-        rewards.setdefault(s["action"], []).append(s["reward"])
+    rewards = move_values([[(s["action"], s["reward"]) for s in samples]])
     table = {a: float(np.mean(r)) for a, r in rewards.items() if len(r) >= 5}
     return table, float(np.mean([s["reward"] for s in samples]))
 
@@ -260,10 +259,10 @@ class ModelCrossover(RecordingAblation):
 def compare_cut_policy(args: argparse.Namespace) -> None:
     """The cut-point policy fitted on every recorded run of ``--crossover-from`` against the
     recording ablation, on fresh seeds."""
-    policies = {}
+    policies, recorded = {}, recorded_runs(args.crossover_from)
     for op in args.ops.split(","):
-        samples = [s for run in recorded_runs(args.crossover_from).get(op, []) for s in
-                   crossover_samples(run, op_tuner(op).dims_arr)]
+        dims = op_tuner(op).dims_arr
+        samples = [s for run in recorded.get(op, []) for s in crossover_samples(run, dims)]
         if not samples:
             sys.exit(f"no recorded runs of {op} in --crossover-from")
         policies[op] = fit_model_policy(samples, *action_means(samples), seed=0)

@@ -31,7 +31,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tools.compare import comparison_measure_option, format_table, ratio_lines, run_grid, run_tuner, summarise  # noqa: E402
+from tools.compare import (comparison_measure_option, format_table, ratio_lines, run_grid, run_tuner,  # noqa: E402
+                           summarise)
 
 # target op -> the sibling tasks its agent is pretrained on, in order (tools/workloads.py)
 FAMILIES = {"c1": ("pw96", "pw192"), "mm512": ("mm768", "mm1024"), "r3x3": ("r3x3-256", "r3x3-128")}
