@@ -10,7 +10,7 @@ from typing import Any, Iterable, Iterator
 import tvm
 
 from .env import AutoTVMError
-from .measure.measure import MeasureErrorNo, MeasureInput, MeasureResult
+from .measure.measure import MeasureInput, MeasureResult
 
 AUTOTVM_LOG_VERSION = 0.2
 FAILED_COST = 1e9

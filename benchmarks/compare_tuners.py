@@ -7,6 +7,13 @@ C1, MM512 and R3x3, each with the same trial budget and several seeds, all in on
 
 Prints the median best GFLOPS, trials to 90% of the final best and the tuner overhead, then the
 geometric-mean ratios of GA-DQN over GA, XGB and its ablation.
+
+``--remeasure N`` then measures the final best config of every run again, N times, all of an
+op's configs together in a fresh order each round, and prints the same table and ratios over
+those measurements (the median of each config's N). A run's best is the largest of its
+noisy timings and reads high: on the Zen 4 machine by a median 4% in one run and 10% in
+another, and by up to 37% for one run, more than the gaps between the tuners (benchmarks/README.md, "How much is there to find
+above GA?"). MetaSchedule's runs do not record their configs and are left out of it.
 """
 
 from __future__ import annotations
@@ -18,7 +25,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tools.compare import comparison_measure_option, format_table, ratio_lines, run_grid, summarise  # noqa: E402
+from tools.compare import (comparison_measure_option, format_table, ratio_lines, remeasure_bests,  # noqa: E402
+                           remeasured_runs, run_grid, summarise)
 from tools.config import check_tuner_variants  # noqa: E402
 from tools.tuners import base_tuner  # noqa: E402
 from tools.plots import tuning_curves  # noqa: E402
@@ -39,6 +47,8 @@ def main() -> None:
     parser.add_argument("--number", type=int, default=3)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--n-parallel", type=int, default=2)
+    parser.add_argument("--remeasure", type=int, default=0, metavar="N",
+                        help="measure every run's final best config again N times and compare those (0: off)")
     parser.add_argument("--out", default="results/compare_tuners.json")
     parser.add_argument("--plot", default=None, help="PNG of the tuning curves (default: beside --out)")
     args = parser.parse_args()
@@ -49,10 +59,11 @@ def main() -> None:
         check_tuner_variants(tuners, {k: v for k, v in per_tuner.items() if k in tuners}, "--tuners", "--options")
     except ValueError as err:
         sys.exit(str(err))
+    measure_option = comparison_measure_option(args.n_parallel, args.number, args.repeat)
     ms_settings = {"number": args.number, "repeat": args.repeat, "min_repeat_ms": 0, "n_parallel": args.n_parallel}
     try:
         runs = run_grid(args.out, range(args.first_seed, args.first_seed + args.seeds), args.ops.split(","),
-                        tuners, args.trials, comparison_measure_option(args.n_parallel, args.number, args.repeat),
+                        tuners, args.trials, measure_option,
                         lambda _op, name: per_tuner.get(name, {}), ms_settings, {"args": vars(args)})
     except ValueError as err:
         sys.exit(str(err))
@@ -64,6 +75,18 @@ def main() -> None:
     pairs = [("ga-dqn", base) for base in ("ga", "xgb", "ga-dqn-random", "random", "metaschedule")]
     pairs += [(name, base_tuner(name)) for name in tuners if "@" in name]  # variant / plain
     print("\n".join(ratio_lines(rows, runs, pairs)))
+    if args.remeasure > 0:
+        data = json.load(open(args.out))
+
+        def save(again: dict) -> None:
+            json.dump(data | {"remeasured": again}, open(args.out, "w"))
+
+        again = remeasure_bests(runs, args.remeasure, data.get("remeasured"), save, measure_option)
+        runs_again = remeasured_runs(runs, again)
+        rows_again = summarise(runs_again)
+        print(f"\nEach run's best config measured again ({args.remeasure} times; median GFLOPS):")
+        print(format_table(rows_again))
+        print("\n".join(ratio_lines(rows_again, runs_again, pairs)))
 
 if __name__ == "__main__":
     main()

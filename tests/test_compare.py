@@ -95,9 +95,10 @@ def test_pooled_runs_refuse_files_from_different_machines(tmp_path):
 def test_run_grid_resumes_and_measures_only_the_missing_runs(tmp_path):
     """A stopped comparison is started again with the same ``--out``: the runs already there are
     kept as they are, the missing ones are measured (for real, on a tiny matmul) with the options
-    of their NAME@LABEL, and a file timed on another machine is refused rather than mixed in."""
+    of their NAME@LABEL, and a file timed on another machine is refused rather than mixed in.
+    Each run's best config is then measured again; a pass that holds every config is kept."""
     import autotvm
-    from tools.compare import run_grid
+    from tools.compare import best_index_at, remeasure_bests, run_grid
 
     out = tmp_path / "grid.json"
     kept = dict(_runs("random", "mm64", [1.0])[0], curve=[1.0])
@@ -114,6 +115,15 @@ def test_run_grid_resumes_and_measures_only_the_missing_runs(tmp_path):
     assert runs[0] == kept and len(runs) == 2
     assert runs[1]["tuner"] == "ga@small" and runs[1]["trials"] == 4 and runs[1]["best_gflops"] > 0
     assert json.loads(out.read_text())["runs"] == runs
+
+    # the new run's best config, measured again for real; the kept run recorded no configs
+    saved = []
+    again = remeasure_bests(runs, 2, None, saved.append, option)
+    assert list(again) == ["mm64"] and list(again["mm64"]) == [str(best_index_at(runs[1]))]
+    assert len(again["mm64"][str(best_index_at(runs[1]))]) == 2 and saved == [again]
+    assert remeasure_bests(runs, 2, again, saved.append, option) == again and len(saved) == 1  # nothing missing
+    stale = {"mm64": {"0": [1.0, 1.0]}}  # an earlier pass that lacks this config: the op is measured again whole
+    assert set(remeasure_bests(runs, 1, stale, saved.append, option)["mm64"]) == {str(best_index_at(runs[1]))}
 
     other = tmp_path / "other.json"
     other.write_text(json.dumps({"machine": dict(machine_description(), cpu="Another CPU"), "runs": [kept]}))
@@ -172,3 +182,26 @@ def test_state_policy_estimate_finds_value_only_where_the_state_decides():
     level = policy_values(runs(lambda state, action: float(rng.random() < 0.5)))
     for value, low, high in level.values():
         assert value == pytest.approx(1.0, abs=0.2) and low < 1.0 < high
+
+
+def test_headroom_reads_each_runs_best_config_and_sets_the_ceiling_against_ga():
+    """``headroom.py``: the config a run had as its best at a trial is the one that set the
+    best-so-far then; the ceiling is the fastest config measured again, over GA's median. A run
+    compared on its best measured again takes the median of those measurements; a run whose
+    configs were not recorded, or whose op was not measured again, is left out."""
+    from headroom import headroom, run_bests
+    from tools.compare import best_index_at, remeasured_runs
+
+    long_run = {"op": "c1", "tuner": "ga-dqn", "seed": 0, "trials": 6, "curve": [0.0, 5.0, 5.0, 7.0, 7.0, 9.0],
+                "indices": [10, 11, 12, 13, 14, 15]}
+    assert best_index_at(long_run, 1) is None and best_index_at(long_run, 3) == 11 and best_index_at(long_run, 6) == 15
+    assert run_bests(long_run, 4) == {"ga-dqn@4": 13, "ga-dqn@6": 15}
+    ga_runs = [{"op": "c1", "tuner": "ga", "seed": s, "trials": 4, "curve": [1.0, 2.0, 2.0, best],
+                "indices": [20 + s, 30 + s, 40 + s, 50 + s]} for s, best in enumerate([3.0, 4.0, 8.0])]
+    again = {"c1": {"13": [7.0, 6.0, 8.0], "15": [9.0, 10.0, 11.0], "50": [2.0, 3.0, 3.0], "51": [4.0, 4.0, 5.0],
+                    "52": [5.0, 5.0, 5.0]}}
+    row = headroom([long_run] + ga_runs, again, 4)["c1"]
+    assert row == {"ga-dqn@4": 7.0, "ga-dqn@6": 10.0, "ga@4": 4.0, "ceiling": 10.0, "ceiling / ga": 2.5}
+    assert [r["best_gflops"] for r in remeasured_runs([long_run] + ga_runs, again)] == [10.0, 3.0, 4.0, 5.0]
+    assert remeasured_runs([long_run | {"op": "mm512"}, {k: v for k, v in long_run.items() if k != "indices"}],
+                           again) == []

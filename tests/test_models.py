@@ -1,6 +1,5 @@
 """Models of the evaluation framework: PyTorch and Hugging Face models through torch.export into Relax."""
 
-import numpy as np
 import pytest
 
 import autotvm

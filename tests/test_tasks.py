@@ -1,13 +1,11 @@
 """Tasks on real operators: every config computes what numpy computes, or is reported invalid."""
 
 import numpy as np
-import pytest
-import tvm
 
 import autotvm
 from autotvm.task.space import InstantiationError
 
-from conftest import c1_primfunc, matmul_primfunc, random_matmul_inputs, run_module
+from conftest import c1_primfunc, random_matmul_inputs, run_module
 
 
 def test_template_task_every_config_is_correct(template_task):

@@ -92,6 +92,7 @@ def run_tuner(op: str, tuner_name: str, seed: int, trials: int, measure_option: 
         tuner.save(save_agent)
     curve = [h["best_flops"] / 1e9 for h in tuner.history]
     run = {"op": op, "tuner": tuner_name, "seed": seed, "trials": len(curve), "curve": curve,
+           "indices": [h["index"] for h in tuner.history],
            "best_gflops": curve[-1] if curve else 0.0, "trials_to_90": trials_to_fraction(curve),
            "tuner_seconds": tuner.tuner_seconds, "wall_seconds": wall, "overhead": tuner.tuner_seconds / wall,
            "errors": sum(1 for h in tuner.history if h["error_no"])}
@@ -100,14 +101,15 @@ def run_tuner(op: str, tuner_name: str, seed: int, trials: int, measure_option: 
     return run
 
 
-def run_grid(out: str, seeds: Iterable[int], ops: list[str], tuners: list[str], trials: int,
+def run_grid(out: str, seeds: Iterable[int], ops: list[str], tuners: list[str], trials: int | dict[str, int],
              measure_option: dict, options_for: Callable[[str, str], dict], ms_settings: dict,
              header: dict, factories: dict[str, Callable[..., Any]] | None = None) -> list[dict]:
     """Every (seed, op, tuner) run, saved to ``out`` after each one (with ``header``, e.g. the
     command's arguments, and the machine), so that a stopped comparison resumes where it stopped.
     ``tuner`` is a registry name, or NAME@LABEL for NAME with ``options_for(op, tuner)``, or a
     name of ``factories``, built by that factory (``run_tuner``'s ``tuner_factory``); runs
-    already in ``out`` are kept if they were timed on this machine."""
+    already in ``out`` are kept if they were timed on this machine. ``trials``: one budget for
+    every tuner, or a budget per tuner name."""
     machine, runs = machine_description(), []
     if os.path.exists(out):
         earlier = json.load(open(out))
@@ -122,10 +124,11 @@ def run_grid(out: str, seeds: Iterable[int], ops: list[str], tuners: list[str], 
             for name in tuners:
                 if (op, name, seed) in done:
                     continue
+                budget = trials[name] if isinstance(trials, dict) else trials
                 if name == "metaschedule":
-                    run = run_metaschedule(op, seed, trials, **ms_settings)
+                    run = run_metaschedule(op, seed, budget, **ms_settings)
                 else:
-                    run = run_tuner(op, base_tuner(name), seed, trials, measure_option, options_for(op, name),
+                    run = run_tuner(op, base_tuner(name), seed, budget, measure_option, options_for(op, name),
                                     tuner_factory=(factories or {}).get(name))
                 run["tuner"] = name
                 runs.append(run)
@@ -134,6 +137,70 @@ def run_grid(out: str, seeds: Iterable[int], ops: list[str], tuners: list[str], 
                 os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
                 json.dump(header | {"machine": machine, "runs": runs}, open(out, "w"))
     return runs
+
+
+def best_index_at(run: dict, trials: int | None = None) -> int | None:
+    """The config index that was the run's best after its first ``trials`` trials (all of them by
+    default; ``None`` if every one failed, or for a run that did not record its configs, such as
+    MetaSchedule's): the trial at which the best-so-far reached its value then."""
+    curve = run["curve"][:trials]
+    if not curve or curve[-1] <= 0 or "indices" not in run:
+        return None
+    return run["indices"][curve.index(curve[-1])]
+
+
+def measure_again(op: str, indices: list[int], rounds: int, measure_option: dict | None = None,
+                  target: Any = "llvm", seed: int = 0) -> dict[int, list[float]]:
+    """GFLOPS of each config of ``op``, measured ``rounds`` times (with ``measure_option``, by
+    default ``comparison_measure_option()``), in a fresh random order each round so that no
+    config is always timed first or last (0.0 for a failed measurement). A run's best is the
+    largest of hundreds of noisy timings, so it reads high (on the Zen 4 machine by a median 4%
+    in one run and 10% in another, up to 37%); configs measured again together compare fairly."""
+    task = autotvm.task.create_from_primfunc(workload(op), target, name=op)
+    measure_batch = autotvm.measure.create_measure_batch(task, measure_option or comparison_measure_option())
+    rng = np.random.default_rng(seed)
+    gflops: dict[int, list[float]] = {index: [] for index in indices}
+    for _ in range(rounds):
+        order = [indices[i] for i in rng.permutation(len(indices))]
+        for start in range(0, len(order), measure_batch.n_parallel):
+            chunk = order[start: start + measure_batch.n_parallel]
+            inputs = [autotvm.MeasureInput(task.target, task, task.config_space.get(index)) for index in chunk]
+            for index, result in zip(chunk, measure_batch(inputs)):
+                gflops[index].append(task.flop / result.mean_cost / 1e9 if result.ok else 0.0)
+    return gflops
+
+
+def remeasure_bests(runs: list[dict], rounds: int, done: dict[str, dict] | None = None,
+                    save: Callable[[dict], None] | None = None, measure_option: dict | None = None,
+                    bests: Callable[[dict], Iterable[int | None]] = lambda run: [best_index_at(run)],
+                    ) -> dict[str, dict[str, list[float]]]:
+    """Each op's configs ``bests(run)`` of every run (by default its final best; runs that did
+    not record their configs give none) measured again together, ``rounds`` times:
+    ``{op: {str(index): [GFLOPS per round]}}``. An op in ``done`` that already holds all of its
+    configs is kept; one that lacks some (runs added since) is measured again whole, so that an
+    op's configs are always timed in one pass. ``save`` is called after each op, so a stopped
+    run keeps what it measured."""
+    again = dict(done or {})
+    for op in dict.fromkeys(run["op"] for run in runs):
+        indices = sorted({i for run in runs if run["op"] == op for i in bests(run) if i is not None})
+        if not indices or {str(i) for i in indices} <= set(again.get(op, {})):
+            continue
+        again[op] = {str(i): v for i, v in measure_again(op, indices, rounds, measure_option).items()}
+        if save:
+            save(again)
+    return again
+
+
+def remeasured_runs(runs: list[dict], again: dict[str, dict[str, list[float]]]) -> list[dict]:
+    """The runs whose best config was measured again, with ``best_gflops`` the median of those
+    measurements (for ``summarise`` and the ratios)."""
+    out = []
+    for run in runs:
+        index = best_index_at(run)
+        values = again.get(run["op"], {}).get(str(index))
+        if values:
+            out.append(run | {"best_gflops": statistics.median(values)})
+    return out
 
 
 def ms_fast_build(mod: Any, target: Any, _params: Any) -> Any:
