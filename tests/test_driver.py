@@ -99,12 +99,19 @@ def test_experiment_writes_runs_summary_and_plots(tmp_path):
     assert sorted(r["label"] for r in variant_runs) == ["ga", "ga", "ga@pop6", "ga@pop6"]
     assert "ga@pop6 / ga: geometric mean" in (exp / "compare_tuners" / "ratios.txt").read_text()
     # previous_results_dir: the same experiment reuses every saved run
+    # and each run's best config measured again (for real), with the ratios on those timings
     config["experiments"]["previous_results_dir"] = str(exp)
-    config["experiments"]["save_name"] = "again"
+    config["experiments"].update(save_name="again", remeasure=2)
     (tmp_path / "c2.json").write_text(json.dumps(config))
     again = driver("-m=experiment", f"-c={tmp_path / 'c2.json'}")
     assert again.returncode == 0, again.stderr[-2000:]
     assert again.stdout.count("reusing") == 4 + 1 + 4
+    remeasured = json.load(open(tmp_path / "exp" / "again" / "compare_gadqn_ga" / "remeasured.json"))
+    assert list(remeasured) == ["mm64"] and all(len(v) == 2 for v in remeasured["mm64"].values())
+    assert {str(r["indices"][r["curve"].index(r["best_gflops"])]) for r in runs} == set(remeasured["mm64"])
+    assert "median_best_gflops" in (tmp_path / "exp" / "again" / "compare_gadqn_ga" / "summary_remeasured.csv").read_text()
+    ratio = (tmp_path / "exp" / "again" / "compare_gadqn_ga" / "ratios.txt").read_text()
+    assert "each run's best config measured again (2 times):\nga-dqn / ga: geometric mean" in ratio
 
 
 def test_a_previous_results_dir_that_does_not_exist_is_refused(tmp_path):
@@ -157,6 +164,7 @@ def test_malformed_json_says_line_and_column(tmp_path):
     ({"models": [{"name": "x", "type": "hf", "model": "gpt9"}]}, ["gpt9", "bert"]),
     ({"experiments": {"names": ["race"]}}, ["experiments.names.0", "race", "compare_tuners"]),
     ({"autotuner_settings": {"trials": 0}}, ["autotuner_settings.trials", ">= 1"]),
+    ({"experiments": {"remeasure": -1}}, ["experiments.remeasure", ">= 0"]),
     # a misspelt tuner option would otherwise be silently ignored
     ({"autotuner_settings": {"tuner_options": {"pop_szie": 4}}}, ["tuner_options.pop_szie", "pop_size"]),
     ({"autotuner_settings": {"tuner_options": {"dqn": {"gama": 0.5}}}}, ["tuner_options.dqn", "'gama'", "gamma"]),

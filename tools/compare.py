@@ -173,7 +173,7 @@ def measure_again(op: str, indices: list[int], rounds: int, measure_option: dict
 def remeasure_bests(runs: list[dict], rounds: int, done: dict[str, dict] | None = None,
                     save: Callable[[dict], None] | None = None, measure_option: dict | None = None,
                     bests: Callable[[dict], Iterable[int | None]] = lambda run: [best_index_at(run)],
-                    ) -> dict[str, dict[str, list[float]]]:
+                    target: Any = "llvm") -> dict[str, dict[str, list[float]]]:
     """Each op's configs ``bests(run)`` of every run (by default its final best; runs that did
     not record their configs give none) measured again together, ``rounds`` times:
     ``{op: {str(index): [GFLOPS per round]}}``. An op in ``done`` that already holds all of its
@@ -185,7 +185,7 @@ def remeasure_bests(runs: list[dict], rounds: int, done: dict[str, dict] | None 
         indices = sorted({i for run in runs if run["op"] == op for i in bests(run) if i is not None})
         if not indices or {str(i) for i in indices} <= set(again.get(op, {})):
             continue
-        again[op] = {str(i): v for i, v in measure_again(op, indices, rounds, measure_option).items()}
+        again[op] = {str(i): v for i, v in measure_again(op, indices, rounds, measure_option, target).items()}
         if save:
             save(again)
     return again

@@ -77,6 +77,7 @@ SCHEMA: dict = {
                 "trials": _POSITIVE_INT,
                 "repeats": _POSITIVE_INT,
                 "hyperparameter_trials": _POSITIVE_INT,
+                "remeasure": {"type": "integer", "minimum": 0},
                 "save_path": {"type": "string", "minLength": 1},
                 "save_name": {"type": "string", "minLength": 1},
                 "previous_results_dir": {"oneOf": [{"type": "null"}, {"type": "string"}]},
@@ -95,7 +96,7 @@ DEFAULTS: dict = {
     "experiments": {"names": ["compare_tuners"], "workloads": ["c1"],
                     "tuners": ["random", "ga", "xgb", "ga-dqn", "ga-dqn-random"], "tuner_options": {},
                     "trials": 64, "repeats": 3,
-                    "hyperparameter_trials": 6, "save_path": "results", "save_name": "experiment",
+                    "hyperparameter_trials": 6, "remeasure": 0, "save_path": "results", "save_name": "experiment",
                     "previous_results_dir": None},
 }
 
