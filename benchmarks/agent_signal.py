@@ -57,13 +57,12 @@ from scipy.stats import rankdata
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import autotvm  # noqa: E402
 from autotvm.measure.measure import MeasureInput, create_measure_batch  # noqa: E402
 from autotvm.tuner.cost_model import XGBCostModel  # noqa: E402
 from rl_tuner import GADQNTuner  # noqa: E402
 from rl_tuner.dqn import DQNAgent, DQNConfig  # noqa: E402
 from tools.compare import comparison_measure_option, machine_description  # noqa: E402
-from tools.workloads import workload  # noqa: E402
+from tools.workloads import workload_task  # noqa: E402
 
 
 class RecordingTuner(GADQNTuner):
@@ -114,7 +113,7 @@ class RecordingTuner(GADQNTuner):
 
 
 def run_one(op: str, seed: int, trials: int, measure_option: dict, slots_every: int = 0, policy: str = "dqn") -> dict:
-    task = autotvm.task.create_from_primfunc(workload(op), "llvm", name=op)
+    task = workload_task(op)
     tuner = RecordingTuner(task, seed=seed, slots_every=slots_every, action_policy=policy)
     start = time.perf_counter()
     tuner.tune(trials, measure_option)
@@ -301,7 +300,7 @@ def screen_model_analysis(runs: list[dict]) -> dict:
         if not run.get("history") or not run.get("slots") or "gflops" not in run["slots"][0]:
             continue
         if run["op"] not in spaces:
-            spaces[run["op"]] = autotvm.task.create_from_primfunc(workload(run["op"]), "llvm", name=run["op"]).config_space
+            spaces[run["op"]] = workload_task(run["op"]).config_space
         space = spaces[run["op"]]
         knobs = np.array([space.point2knob(index) for index, _ in run["history"]], dtype=np.int64)
         gflops = np.array([g for _, g in run["history"]])

@@ -55,12 +55,11 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import autotvm  # noqa: E402
 from autotvm.task.space import DIRECTIONS  # noqa: E402
 from rl_tuner import GADQNTuner  # noqa: E402
 from tools.compare import (comparison_measure_option, format_table, machine_label, ratio_lines,  # noqa: E402
                            run_grid, summarise)
-from tools.workloads import workload  # noqa: E402
+from tools.workloads import workload_task  # noqa: E402
 
 ABLATIONS = ("ga-dqn-random", "ga-dqn-random@directed")  # the tuner names of directed-move ablation runs
 Move = tuple[Any, Any]  # (knob, move name), as the monitor writes them; (None, None) is "keep"
@@ -144,7 +143,7 @@ def agent_correlation(op: str, path: str, values: dict[Move, list[float]]) -> st
     """The rank correlation of a saved agent's mean Q per move with the moves' estimated values."""
     from scipy.stats import spearmanr
 
-    tuner = GADQNTuner(autotvm.task.create_from_primfunc(workload(op), "llvm", name=op), mode="greedy",
+    tuner = GADQNTuner(workload_task(op), mode="greedy",
                        checkpoint=path, seed=0)
     rng = np.random.default_rng(0)
     children = [[int(rng.integers(d)) for d in tuner.dims] for _ in range(400)]

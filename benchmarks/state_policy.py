@@ -51,11 +51,11 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import autotvm  # noqa: E402
 from autotvm.task.space import DIRECTIONS  # noqa: E402
 from rl_tuner import GADQNTuner  # noqa: E402
 from move_values import move_values  # noqa: E402
 from tools.compare import comparison_measure_option, format_table, ratio_lines, run_grid, summarise  # noqa: E402
+from tools.workloads import workload_task  # noqa: E402
 
 TUNER = "ga-dqn-random@states"
 MODEL_TUNER = "ga-dqn-random@model-cuts"
@@ -224,9 +224,7 @@ def recorded_runs(paths: list[str]) -> dict[str, list[list[dict]]]:
 
 
 def op_tuner(op: str) -> GADQNTuner:
-    from tools.workloads import workload
-
-    return GADQNTuner(autotvm.task.create_from_primfunc(workload(op), "llvm", name=op), action_policy="random")
+    return GADQNTuner(workload_task(op), action_policy="random")
 
 
 def analyse(paths: list[str], folds: int) -> None:

@@ -22,10 +22,9 @@ import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import autotvm  # noqa: E402
 from autotvm.tuner import RandomTuner, XGBTuner  # noqa: E402
 from tools.compare import comparison_measure_option, run_metaschedule  # noqa: E402
-from tools.workloads import workload  # noqa: E402
+from tools.workloads import workload_task  # noqa: E402
 
 
 def tree_rss_mib() -> float:
@@ -56,7 +55,7 @@ def main() -> None:
     parser.add_argument("--parts", default="tuners,metaschedule,memory", help="which parts to run")
     args = parser.parse_args()
     option = comparison_measure_option()
-    task = autotvm.task.create_from_primfunc(workload("c1"), "llvm", name="c1")
+    task = workload_task("c1")
     report: dict = {}
 
     parts = args.parts.split(",")

@@ -23,7 +23,7 @@ import autotvm
 from autotvm.env import load_tensor_intrinsics
 
 from .tuners import base_tuner, make_tuner
-from .workloads import workload
+from .workloads import workload, workload_task
 
 
 def machine_description() -> dict:
@@ -82,7 +82,7 @@ def run_tuner(op: str, tuner_name: str, seed: int, trials: int, measure_option: 
     where to save a GA-DQN tuner's agents after the run (for a later task to start from).
     ``tuner_factory(task, seed=..., **options)`` builds a tuner that is not in the registry (a
     benchmark's own variant); ``tuner_name`` then only names the run."""
-    task = autotvm.task.create_from_primfunc(workload(op), target, name=op)
+    task = workload_task(op, target)
     tuner = (tuner_factory or partial(make_tuner, tuner_name))(task, seed=seed, **(options or {}))
     callbacks = [autotvm.callback.log_to_file(log_path)] if log_path else []
     start = time.perf_counter()
@@ -156,7 +156,7 @@ def measure_again(op: str, indices: list[int], rounds: int, measure_option: dict
     config is always timed first or last (0.0 for a failed measurement). A run's best is the
     largest of hundreds of noisy timings, so it reads high (on the Zen 4 machine by a median 4%
     in one run and 10% in another, up to 37%); configs measured again together compare fairly."""
-    task = autotvm.task.create_from_primfunc(workload(op), target, name=op)
+    task = workload_task(op, target)
     measure_batch = autotvm.measure.create_measure_batch(task, measure_option or comparison_measure_option())
     rng = np.random.default_rng(seed)
     gflops: dict[int, list[float]] = {index: [] for index in indices}

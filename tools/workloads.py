@@ -6,6 +6,7 @@ from typing import Any, Callable
 
 from tvm import te, topi
 
+import autotvm
 from autotvm.env import AutoTVMError
 
 
@@ -60,3 +61,9 @@ def workload(name: str) -> Any:
     if name not in WORKLOADS:
         raise AutoTVMError(f"unknown workload {name!r}; allowed: {', '.join(WORKLOADS)}")
     return WORKLOADS[name][1]()
+
+
+def workload_task(name: str, target: Any = "llvm") -> Any:
+    """The tuning task of a named workload on ``target``, named after the workload (its design
+    space comes from the on-disk cache after the first time)."""
+    return autotvm.task.create_from_primfunc(workload(name), target, name=name)
