@@ -17,6 +17,13 @@ shorter ones; overhead and wall time stay the whole run's); ``--stuck F`` also c
 tuner, the runs whose best is below F times the op's median over all pooled runs; ``--settled
 N[,N...]`` prints, per op and tuner, how much of its final best a run had already found after N
 trials (the median over runs, and the lowest): where the result of a run is decided.
+``--remeasured`` compares each run on its best config as its own file measured it again
+(``compare_tuners.py --remeasure``, ``headroom.py``) in place of the run's own timing, which reads
+high; with ``--trials N``, on the config that was its best after N trials. Runs whose file did
+not measure that config again are left out, and counted.
+
+    python benchmarks/pool_runs.py benchmarks/results/headroom_seeds210-212.json \
+        benchmarks/results/compare_tuners_remeasured_zen4_seeds213-215.json --remeasured --trials 200
 """
 
 from __future__ import annotations
@@ -29,18 +36,21 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tools.compare import check_one_machine, format_table, ratio_lines, summarise, trials_to_fraction  # noqa: E402
+from tools.compare import (check_one_machine, format_table, ratio_lines, remeasured_runs, summarise,  # noqa: E402
+                           trials_to_fraction)
 
 
 def pooled_runs(paths: list[str], rename: dict[str, str], tuners: set[str] | None) -> list[dict]:
-    """Every run of the files, tuners renamed, later files winning on the same (op, tuner, seed).
-    Raises ``ValueError`` when the files were timed on different machines."""
+    """Every run of the files, tuners renamed, later files winning on the same (op, tuner, seed);
+    each run carries, as ``"again"``, its file's measurements again of the op's configs (empty
+    when there are none). Raises ``ValueError`` when the files were timed on different machines."""
     by_key: dict[tuple, dict] = {}
     files = [json.load(open(path)) for path in paths]
     check_one_machine(data.get("machine") for data in files)
     for data in files:
         for run in data["runs"]:
-            run = dict(run, tuner=rename.get(run["tuner"], run["tuner"]))
+            run = dict(run, tuner=rename.get(run["tuner"], run["tuner"]),
+                       again=data.get("remeasured", {}).get(run["op"], {}))
             if tuners is None or run["tuner"] in tuners:
                 by_key[(run["op"], run["tuner"], run["seed"])] = run
     return list(by_key.values())
@@ -51,6 +61,12 @@ def cut_at(run: dict, trials: int) -> dict:
     curve = run["curve"][:trials]
     return dict(run, curve=curve, trials=len(curve), best_gflops=curve[-1] if curve else 0.0,
                 trials_to_90=trials_to_fraction(curve))
+
+
+def on_bests_measured_again(runs: list[dict]) -> list[dict]:
+    """The runs whose best config their file measured again, each with ``best_gflops`` the
+    median of those measurements (the rest are left out)."""
+    return [again for run in runs for again in remeasured_runs([run], {run["op"]: run["again"]})]
 
 
 def stuck_lines(runs: list[dict], fraction: float) -> list[str]:
@@ -97,6 +113,8 @@ def main() -> None:
                         help="also count the runs below this fraction of the op's median best (e.g. 0.8)")
     parser.add_argument("--settled", default=None,
                         help="N[,N...]: also print the share of each run's final best found after N trials")
+    parser.add_argument("--remeasured", action="store_true",
+                        help="compare each run on its best config as its file measured it again")
     args = parser.parse_args()
     if args.stuck is not None and args.stuck <= 0:
         sys.exit(f"--stuck must be a fraction above 0 (e.g. 0.8), got {args.stuck}")
@@ -121,6 +139,14 @@ def main() -> None:
         sys.exit(f"not a compare_tuners.py result file (a JSON object with a list of runs): {err}")
     if args.trials is not None:
         runs = [cut_at(run, args.trials) for run in runs]
+    if args.remeasured:
+        measured = on_bests_measured_again(runs)
+        if not measured:
+            sys.exit("--remeasured: no run's best config was measured again in these files "
+                     "(write them with compare_tuners.py --remeasure N or headroom.py)")
+        print(f"{len(measured)} of {len(runs)} runs, each on its best config measured again "
+              f"({len(runs) - len(measured)} left out: their file did not measure it again)")
+        runs = measured
     rows = summarise(runs)
     print(format_table(rows))
     if args.stuck is not None:

@@ -10,7 +10,7 @@ import pytest
 from tools.compare import format_table, geomean_ratio, geomean_ratio_interval, machine_description, summarise
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
-from pool_runs import cut_at, pooled_runs, settled_lines, stuck_lines  # noqa: E402
+from pool_runs import cut_at, on_bests_measured_again, pooled_runs, settled_lines, stuck_lines  # noqa: E402
 
 
 def _runs(tuner: str, op: str, bests: list[float]) -> list[dict]:
@@ -53,6 +53,21 @@ def test_pooled_runs_rename_filter_and_let_later_files_win(tmp_path):
     runs = pooled_runs([str(first), str(second)], {"ga-dqn@imm2": "ga-dqn"}, {"ga-dqn", "ga"})
     bests = sorted((r["tuner"], r["seed"], r["best_gflops"]) for r in runs)
     assert bests == [("ga", 0, 7), ("ga-dqn", 0, 20), ("ga-dqn", 1, 11)]
+
+
+def test_pooled_runs_compared_on_their_bests_measured_again_by_their_own_file(tmp_path):
+    """``pool_runs.py --remeasured``: a run counts with the median of its own file's measurements
+    again of the config that was its best (after ``--trials`` trials when cut); the same config
+    index measured in another file is not used, and a run whose best was not measured again is
+    left out."""
+    run = {"op": "x", "tuner": "ga", "seed": 0, "curve": [1.0, 4.0, 4.0, 6.0], "indices": [7, 8, 9, 10],
+           "trials_to_90": 4, "overhead": 0.0, "wall_seconds": 1.0}
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    first.write_text(json.dumps({"runs": [run], "remeasured": {"x": {"8": [3.0, 2.0, 9.0], "10": [5.0, 5.0, 4.0]}}}))
+    second.write_text(json.dumps({"runs": [run | {"tuner": "xgb", "indices": [7, 8, 9, 11]}, run | {"tuner": "rl"}]}))
+    runs = pooled_runs([str(first), str(second)], {}, None)
+    assert [(r["tuner"], r["best_gflops"]) for r in on_bests_measured_again(runs)] == [("ga", 5.0)]
+    assert [r["best_gflops"] for r in on_bests_measured_again([cut_at(r, 3) for r in runs])] == [3.0]
 
 
 def test_runs_cut_at_a_trial_and_stuck_runs_counted():
