@@ -220,3 +220,21 @@ def test_headroom_reads_each_runs_best_config_and_sets_the_ceiling_against_ga():
     assert [r["best_gflops"] for r in remeasured_runs([long_run] + ga_runs, again)] == [10.0, 3.0, 4.0, 5.0]
     assert remeasured_runs([long_run | {"op": "mm512"}, {k: v for k, v in long_run.items() if k != "indices"}],
                            again) == []
+
+
+def test_timing_noise_reports_the_spread_and_which_way_the_outliers_go():
+    """``timing_noise.py``: a config's coefficient of variation over its rounds, and the share of
+    readings more than 10% below and above their config's median; a config with a failed
+    reading is left out; a malformed setting is refused with what a setting is."""
+    from timing_noise import parse_setting, spread
+
+    figures = spread({1: [10.0, 10.0, 10.0, 10.0], 2: [10.0, 10.0, 5.0, 10.0], 3: [10.0, 0.0, 10.0, 10.0],
+                      4: [10.0, 10.0, 12.0, 10.0]})
+    assert figures["configs"] == 3
+    assert figures["slow_outliers"] == pytest.approx(1 / 12) and figures["fast_outliers"] == pytest.approx(1 / 12)
+    assert figures["median_cv"] == pytest.approx(np.std([10, 10, 12, 10]) / np.mean([10, 10, 12, 10]))
+    assert spread({1: [0.0, 1.0]}) == {"configs": 0}
+    assert parse_setting("1,5,20") == (1, 5, 20)
+    for bad in ("3,3", "3,x,0", "0,3,0"):
+        with pytest.raises(ValueError, match="setting"):
+            parse_setting(bad)

@@ -154,8 +154,9 @@ def measure_again(op: str, indices: list[int], rounds: int, measure_option: dict
     """GFLOPS of each config of ``op``, measured ``rounds`` times (with ``measure_option``, by
     default ``comparison_measure_option()``), in a fresh random order each round so that no
     config is always timed first or last (0.0 for a failed measurement). A run's best is the
-    largest of hundreds of noisy timings, so it reads high (on the Zen 4 machine by a median 4%
-    in one run and 10% in another, up to 37%); configs measured again together compare fairly."""
+    largest of hundreds of noisy timings, so it reads high: on the Zen 4 machine by a median
+    4-11% against the median of its timings again, but 1-2% against the fastest of them, since
+    most outliers there are slow readings. Configs measured again together compare fairly."""
     task = workload_task(op, target)
     measure_batch = autotvm.measure.create_measure_batch(task, measure_option or comparison_measure_option())
     rng = np.random.default_rng(seed)
