@@ -11,9 +11,10 @@ geometric-mean ratios of GA-DQN over GA, XGB and its ablation.
 ``--remeasure N`` then measures the final best config of every run again, N times, all of an
 op's configs together in a fresh order each round, and prints the same table and ratios over
 those measurements (the median of each config's N). A run's best is the largest of its
-noisy timings and reads high: on the Zen 4 machine by a median 4% in one run and 10% in
-another, and by up to 37% for one run, more than the gaps between the tuners (benchmarks/README.md, "How much is there to find
-above GA?"). MetaSchedule's runs do not record their configs and are left out of it.
+noisy timings and reads high: on the Zen 4 machine by a median 4-11% against the median of
+its timings again (1-2% against the fastest of them; benchmarks/README.md, "Nine seeds of the
+four tuners, each run's best measured again"). MetaSchedule's runs do not record their configs
+and are left out of it.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tools.compare import (comparison_measure_option, format_table, ratio_lines, remeasure_bests,  # noqa: E402
+from tools.compare import (comparison_measure_option, format_table, ratio_lines, remeasure_into,  # noqa: E402
                            remeasured_runs, run_grid, summarise)
 from tools.config import check_tuner_variants  # noqa: E402
 from tools.tuners import base_tuner  # noqa: E402
@@ -76,12 +77,7 @@ def main() -> None:
     pairs += [(name, base_tuner(name)) for name in tuners if "@" in name]  # variant / plain
     print("\n".join(ratio_lines(rows, runs, pairs)))
     if args.remeasure > 0:
-        data = json.load(open(args.out))
-
-        def save(again: dict) -> None:
-            json.dump(data | {"remeasured": again}, open(args.out, "w"))
-
-        again = remeasure_bests(runs, args.remeasure, data.get("remeasured"), save, measure_option)
+        again = remeasure_into(args.out, runs, args.remeasure, measure_option=measure_option)
         runs_again = remeasured_runs(runs, again)
         rows_again = summarise(runs_again)
         print(f"\nEach run's best config measured again ({args.remeasure} times; median GFLOPS):")

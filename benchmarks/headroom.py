@@ -40,7 +40,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tools.compare import best_index_at, comparison_measure_option, remeasure_bests, run_grid  # noqa: E402
+from tools.compare import best_index_at, comparison_measure_option, remeasure_into, run_grid  # noqa: E402
 
 GA, LONG = "ga", "ga-dqn"
 
@@ -126,13 +126,7 @@ def main() -> None:
                         lambda _op, name: {"pop_size": 32} if name == GA else {}, {}, header)
     except ValueError as err:
         sys.exit(str(err))
-    data = json.load(open(args.out))
-
-    def save(again: dict) -> None:
-        json.dump(data | {"remeasured": again}, open(args.out, "w"))
-
-    remeasure_bests(runs, args.rounds, data.get("remeasured"), save,
-                    bests=lambda run: run_bests(run, args.trials).values())
+    remeasure_into(args.out, runs, args.rounds, bests=lambda run: run_bests(run, args.trials).values())
     report(args.out)
 
 

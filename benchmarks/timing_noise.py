@@ -30,8 +30,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import autotvm  # noqa: E402
-from tools.compare import machine_description, measure_again  # noqa: E402
+from tools.compare import comparison_measure_option, machine_description, measure_again  # noqa: E402
 from tools.workloads import WORKLOADS, workload_task  # noqa: E402
 
 OUTLIER = 0.10  # a reading this far from its config's median counts as an outlier
@@ -84,9 +83,7 @@ def main() -> None:
     indices = [int(i) for i in rng.choice(size, min(args.configs, size), replace=False)]
     results = []
     for number, repeat, min_repeat_ms in settings:
-        option = autotvm.measure_option(autotvm.LocalBuilder(n_parallel=2, timeout=30),
-                                        autotvm.LocalRunner(number=number, repeat=repeat,
-                                                            min_repeat_ms=min_repeat_ms, timeout=10))
+        option = comparison_measure_option(number=number, repeat=repeat, min_repeat_ms=min_repeat_ms)
         start = time.perf_counter()
         gflops = measure_again(args.op, indices, args.rounds, option, seed=args.seed)
         figures = spread(gflops) | {"setting": f"{number},{repeat},{min_repeat_ms}",

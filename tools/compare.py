@@ -67,12 +67,13 @@ def trials_to_fraction(curve: list[float], fraction: float = 0.9) -> int | None:
     return next(i + 1 for i, v in enumerate(curve) if v >= goal)
 
 
-def comparison_measure_option(n_parallel: int = 2, number: int = 3, repeat: int = 3) -> dict:
+def comparison_measure_option(n_parallel: int = 2, number: int = 3, repeat: int = 3, min_repeat_ms: int = 0) -> dict:
     """The measurement every tuner comparison uses (builds in ``n_parallel`` workers with a
     30 s limit; ``repeat`` timings of ``number`` runs each, with a 10 s limit), so that the
     runs of different benchmarks can be compared."""
     return autotvm.measure_option(autotvm.LocalBuilder(n_parallel=n_parallel, timeout=30),
-                                  autotvm.LocalRunner(number=number, repeat=repeat, timeout=10))
+                                  autotvm.LocalRunner(number=number, repeat=repeat, min_repeat_ms=min_repeat_ms,
+                                                      timeout=10))
 
 
 def run_tuner(op: str, tuner_name: str, seed: int, trials: int, measure_option: dict,
@@ -190,6 +191,21 @@ def remeasure_bests(runs: list[dict], rounds: int, done: dict[str, dict] | None 
         if save:
             save(again)
     return again
+
+
+def remeasure_into(out: str, runs: list[dict], rounds: int, **options: Any) -> dict[str, dict[str, list[float]]]:
+    """``remeasure_bests`` (``options``: its ``measure_option``, ``bests``, ``target``) for the
+    runs of ``run_grid``'s result file ``out``: what the file already holds under
+    ``"remeasured"`` is kept, and each op's measurements are written into it as they finish."""
+    with open(out) as handle:
+        data = json.load(handle)
+
+    def save(again: dict) -> None:
+        data["remeasured"] = again
+        with open(out, "w") as handle:
+            json.dump(data, handle)
+
+    return remeasure_bests(runs, rounds, data.get("remeasured"), save, **options)
 
 
 def remeasured_runs(runs: list[dict], again: dict[str, dict[str, list[float]]]) -> list[dict]:
