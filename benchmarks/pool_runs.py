@@ -20,7 +20,10 @@ trials (the median over runs, and the lowest): where the result of a run is deci
 ``--remeasured`` compares each run on its best config as its own file measured it again
 (``compare_tuners.py --remeasure``, ``headroom.py``) in place of the run's own timing, which reads
 high; with ``--trials N``, on the config that was its best after N trials. Runs whose file did
-not measure that config again are left out, and counted.
+not measure that config again are left out, and counted. ``--statistic fastest`` reads a config's
+timings again by their fastest in place of their median. With ``--remeasured`` it also prints, per
+op and tuner, how high a run's own timing of its best read, and how unsteady that config is (the
+fastest of its timings again over their median).
 
     python benchmarks/pool_runs.py benchmarks/results/headroom_seeds210-212.json \
         benchmarks/results/compare_tuners_remeasured_zen4_seeds213-215.json --remeasured --trials 200
@@ -36,8 +39,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tools.compare import (check_one_machine, format_table, ratio_lines, remeasured_runs, summarise,  # noqa: E402
-                           trials_to_fraction)
+from tools.compare import (STATISTICS, best_index_at, check_one_machine, format_table, ratio_lines,  # noqa: E402
+                           remeasured_runs, summarise, trials_to_fraction)
 
 
 def pooled_runs(paths: list[str], rename: dict[str, str], tuners: set[str] | None) -> list[dict]:
@@ -63,10 +66,32 @@ def cut_at(run: dict, trials: int) -> dict:
                 trials_to_90=trials_to_fraction(curve))
 
 
-def on_bests_measured_again(runs: list[dict]) -> list[dict]:
+def on_bests_measured_again(runs: list[dict], statistic: str = "median") -> list[dict]:
     """The runs whose best config their file measured again, each with ``best_gflops`` the
-    median of those measurements (the rest are left out)."""
-    return [again for run in runs for again in remeasured_runs([run], {run["op"]: run["again"]})]
+    ``statistic`` of those measurements (the rest are left out)."""
+    return [again for run in runs for again in remeasured_runs([run], {run["op"]: run["again"]}, statistic)]
+
+
+def steadiness_lines(runs: list[dict]) -> list[str]:
+    """Per op and tuner, over the runs whose best config was measured again: how high the run's
+    own timing of it read against the median of its timings again, and how far the fastest of
+    those timings is above their median (medians over runs). The second is the config's own
+    unsteadiness: a tuner that keeps the largest of many single noisy timings favours configs
+    whose speed varies, which a comparison on the median penalises and one on the fastest
+    does not (benchmarks/README.md, "Eighteen seeds measured again, and how steady each
+    tuner's best config is")."""
+    lines = []
+    for op in sorted({r["op"] for r in runs}):
+        for tuner in sorted({r["tuner"] for r in runs if r["op"] == op}):
+            timings = [(r["curve"][-1], r["again"][str(best_index_at(r))]) for r in runs
+                       if r["op"] == op and r["tuner"] == tuner and r["again"].get(str(best_index_at(r)))]
+            if not timings:
+                continue
+            own = statistics.median(best / statistics.median(v) for best, v in timings)
+            fastest = statistics.median(max(v) / statistics.median(v) for _, v in timings)
+            lines.append(f"{op:8} {tuner:16} {len(timings):3} runs; over the median of the best's timings again: "
+                         f"its own timing {own:.3f}, the fastest of them {fastest:.3f}")
+    return lines
 
 
 def stuck_lines(runs: list[dict], fraction: float) -> list[str]:
@@ -115,11 +140,16 @@ def main() -> None:
                         help="N[,N...]: also print the share of each run's final best found after N trials")
     parser.add_argument("--remeasured", action="store_true",
                         help="compare each run on its best config as its file measured it again")
+    parser.add_argument("--statistic", default=None,
+                        help=f"with --remeasured: how a config's timings again are read ({', '.join(STATISTICS)}; "
+                             "default median)")
     args = parser.parse_args()
     if args.stuck is not None and args.stuck <= 0:
         sys.exit(f"--stuck must be a fraction above 0 (e.g. 0.8), got {args.stuck}")
     if args.trials is not None and args.trials < 1:
         sys.exit(f"--trials must be a positive number of trials, got {args.trials}")
+    if args.statistic is not None and (not args.remeasured or args.statistic not in STATISTICS):
+        sys.exit(f"--statistic takes one of {', '.join(STATISTICS)} and needs --remeasured, got {args.statistic!r}")
     checkpoints = args.settled.split(",") if args.settled else []
     if not all(n.isdigit() and int(n) > 0 for n in checkpoints):
         sys.exit(f"--settled takes positive trial counts separated by commas (e.g. 60,100), got {args.settled!r}")
@@ -140,12 +170,14 @@ def main() -> None:
     if args.trials is not None:
         runs = [cut_at(run, args.trials) for run in runs]
     if args.remeasured:
-        measured = on_bests_measured_again(runs)
+        measured = on_bests_measured_again(runs, args.statistic or "median")
         if not measured:
             sys.exit("--remeasured: no run's best config was measured again in these files "
                      "(write them with compare_tuners.py --remeasure N or headroom.py)")
-        print(f"{len(measured)} of {len(runs)} runs, each on its best config measured again "
+        print(f"{len(measured)} of {len(runs)} runs, each on its best config measured again, "
+              f"the {args.statistic or 'median'} of its timings "
               f"({len(runs) - len(measured)} left out: their file did not measure it again)")
+        print("\n".join(steadiness_lines(runs)))
         runs = measured
     rows = summarise(runs)
     print(format_table(rows))

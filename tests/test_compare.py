@@ -10,7 +10,8 @@ import pytest
 from tools.compare import format_table, geomean_ratio, geomean_ratio_interval, machine_description, summarise
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
-from pool_runs import cut_at, on_bests_measured_again, pooled_runs, settled_lines, stuck_lines  # noqa: E402
+from pool_runs import (cut_at, on_bests_measured_again, pooled_runs, settled_lines, steadiness_lines,  # noqa: E402
+                       stuck_lines)
 
 
 def _runs(tuner: str, op: str, bests: list[float]) -> list[dict]:
@@ -56,10 +57,10 @@ def test_pooled_runs_rename_filter_and_let_later_files_win(tmp_path):
 
 
 def test_pooled_runs_compared_on_their_bests_measured_again_by_their_own_file(tmp_path):
-    """``pool_runs.py --remeasured``: a run counts with the median of its own file's measurements
-    again of the config that was its best (after ``--trials`` trials when cut); the same config
-    index measured in another file is not used, and a run whose best was not measured again is
-    left out."""
+    """``pool_runs.py --remeasured``: a run counts with the median (``--statistic fastest``: the
+    largest) of its own file's measurements again of the config that was its best (after
+    ``--trials`` trials when cut); the same config index measured in another file is not used,
+    and a run whose best was not measured again is left out."""
     run = {"op": "x", "tuner": "ga", "seed": 0, "curve": [1.0, 4.0, 4.0, 6.0], "indices": [7, 8, 9, 10],
            "trials_to_90": 4, "overhead": 0.0, "wall_seconds": 1.0}
     first, second = tmp_path / "a.json", tmp_path / "b.json"
@@ -68,6 +69,12 @@ def test_pooled_runs_compared_on_their_bests_measured_again_by_their_own_file(tm
     runs = pooled_runs([str(first), str(second)], {}, None)
     assert [(r["tuner"], r["best_gflops"]) for r in on_bests_measured_again(runs)] == [("ga", 5.0)]
     assert [r["best_gflops"] for r in on_bests_measured_again([cut_at(r, 3) for r in runs])] == [3.0]
+    assert [r["best_gflops"] for r in on_bests_measured_again([cut_at(r, 3) for r in runs], "fastest")] == [9.0]
+    with pytest.raises(ValueError, match="unknown statistic 'mean'; allowed: median, fastest"):
+        on_bests_measured_again(runs, "mean")
+    # how high the run's own timing of its best read (6 over 5), and the best's unsteadiness (5 over 5)
+    assert steadiness_lines(runs) == ["x        ga                 1 runs; over the median of the best's timings "
+                                      "again: its own timing 1.200, the fastest of them 1.000"]
 
 
 def test_runs_cut_at_a_trial_and_stuck_runs_counted():

@@ -112,6 +112,7 @@ def test_experiment_writes_runs_summary_and_plots(tmp_path):
     assert "median_best_gflops" in (tmp_path / "exp" / "again" / "compare_gadqn_ga" / "summary_remeasured.csv").read_text()
     ratio = (tmp_path / "exp" / "again" / "compare_gadqn_ga" / "ratios.txt").read_text()
     assert "each run's best config measured again (2 times):\nga-dqn / ga: geometric mean" in ratio
+    assert "the same, each config read as the fastest of its 2 timings:\nga-dqn / ga: geometric mean" in ratio
 
 
 def test_a_previous_results_dir_that_does_not_exist_is_refused(tmp_path):

@@ -208,15 +208,26 @@ def remeasure_into(out: str, runs: list[dict], rounds: int, **options: Any) -> d
     return remeasure_bests(runs, rounds, data.get("remeasured"), save, **options)
 
 
-def remeasured_runs(runs: list[dict], again: dict[str, dict[str, list[float]]]) -> list[dict]:
-    """The runs whose best config was measured again, with ``best_gflops`` the median of those
-    measurements (for ``summarise`` and the ratios)."""
+# how a config's timings again are read. The median is the speed a config typically gives; the
+# fastest drops the slow readings (a shared machine's outliers are slow ones: timing_noise.py), and
+# with them how unsteady the config is, in which the tuners' bests differ (pool_runs.py --remeasured)
+STATISTICS: dict[str, Callable[[list[float]], float]] = {"median": statistics.median, "fastest": max}
+
+
+def remeasured_runs(runs: list[dict], again: dict[str, dict[str, list[float]]],
+                    statistic: str = "median") -> list[dict]:
+    """The runs whose best config was measured again, with ``best_gflops`` the ``statistic``
+    ("median" or "fastest", see ``STATISTICS``) of those measurements (for ``summarise`` and the
+    ratios). The two read the same runs up to 5 points apart on the Zen 4 machine; a comparison
+    quotes one and says which."""
+    if statistic not in STATISTICS:
+        raise ValueError(f"unknown statistic {statistic!r}; allowed: {', '.join(STATISTICS)}")
     out = []
     for run in runs:
         index = best_index_at(run)
         values = again.get(run["op"], {}).get(str(index))
         if values:
-            out.append(run | {"best_gflops": statistics.median(values)})
+            out.append(run | {"best_gflops": STATISTICS[statistic](values)})
     return out
 
 
