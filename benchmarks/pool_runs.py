@@ -80,13 +80,12 @@ def steadiness_lines(runs: list[dict]) -> list[str]:
     whose speed varies, which a comparison on the median penalises and one on the fastest
     does not (benchmarks/README.md, "Eighteen seeds measured again, and how steady each
     tuner's best config is")."""
+    timed = [(r, r["again"].get(str(best_index_at(r)))) for r in runs]
+    timed = [(r, again) for r, again in timed if again]
     lines = []
-    for op in sorted({r["op"] for r in runs}):
-        for tuner in sorted({r["tuner"] for r in runs if r["op"] == op}):
-            timings = [(r["curve"][-1], r["again"][str(best_index_at(r))]) for r in runs
-                       if r["op"] == op and r["tuner"] == tuner and r["again"].get(str(best_index_at(r)))]
-            if not timings:
-                continue
+    for op in sorted({r["op"] for r, _ in timed}):
+        for tuner in sorted({r["tuner"] for r, _ in timed if r["op"] == op}):
+            timings = [(r["curve"][-1], again) for r, again in timed if r["op"] == op and r["tuner"] == tuner]
             own = statistics.median(best / statistics.median(v) for best, v in timings)
             fastest = statistics.median(max(v) / statistics.median(v) for _, v in timings)
             lines.append(f"{op:8} {tuner:16} {len(timings):3} runs; over the median of the best's timings again: "

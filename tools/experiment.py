@@ -5,9 +5,8 @@ run's raw data), ``summary.csv``, ``ratios.txt`` (the geometric-mean ratios that
 experiment's question, with 90% bootstrap intervals over seeds) and PNG plots. With
 ``remeasure`` N > 0, each run's best config is measured again N times and ``remeasured.json``,
 ``summary_remeasured.csv`` and more ratio lines give the comparison on those timings (their
-median, then their fastest). With
-``previous_results_dir`` set, runs already saved there (same experiment, workload, variant, seed
-and trial budget) are reused, not re-run.
+median, then their fastest). With ``previous_results_dir`` set, runs already saved there (same
+experiment, workload, variant, seed and trial budget) are reused, not re-run.
 """
 
 from __future__ import annotations
