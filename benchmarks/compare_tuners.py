@@ -27,7 +27,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tools.compare import (comparison_measure_option, format_table, ratio_lines, remeasure_into,  # noqa: E402
-                           remeasured_runs, run_grid, summarise)
+                           remeasured_ratio_lines, remeasured_runs, run_grid, summarise)
 from tools.config import check_tuner_variants  # noqa: E402
 from tools.tuners import base_tuner  # noqa: E402
 from tools.plots import tuning_curves  # noqa: E402
@@ -83,9 +83,8 @@ def main() -> None:
         print(f"\nEach run's best config measured again ({args.remeasure} times; median GFLOPS):")
         print(format_table(rows_again))
         print("\n".join(ratio_lines(rows_again, runs_again, pairs)))
-        runs_fastest = remeasured_runs(runs, again, "fastest")
         print(f"\nThe same, each config read as the fastest of its {args.remeasure} timings:")
-        print("\n".join(ratio_lines(summarise(runs_fastest), runs_fastest, pairs)))
+        print("\n".join(remeasured_ratio_lines(runs, again, pairs, "fastest")))
 
 if __name__ == "__main__":
     main()

@@ -169,12 +169,13 @@ def main() -> None:
     if args.trials is not None:
         runs = [cut_at(run, args.trials) for run in runs]
     if args.remeasured:
-        measured = on_bests_measured_again(runs, args.statistic or "median")
+        statistic = args.statistic or "median"
+        measured = on_bests_measured_again(runs, statistic)
         if not measured:
             sys.exit("--remeasured: no run's best config was measured again in these files "
                      "(write them with compare_tuners.py --remeasure N or headroom.py)")
         print(f"{len(measured)} of {len(runs)} runs, each on its best config measured again, "
-              f"the {args.statistic or 'median'} of its timings "
+              f"the {statistic} of its timings "
               f"({len(runs) - len(measured)} left out: their file did not measure it again)")
         print("\n".join(steadiness_lines(runs)))
         runs = measured

@@ -231,6 +231,14 @@ def remeasured_runs(runs: list[dict], again: dict[str, dict[str, list[float]]],
     return out
 
 
+def remeasured_ratio_lines(runs: list[dict], again: dict[str, dict[str, list[float]]],
+                           pairs: Iterable[tuple[str, str]], statistic: str = "median") -> list[str]:
+    """``ratio_lines`` over the runs compared on their best configs measured again, read by
+    ``statistic`` (see ``remeasured_runs``)."""
+    measured = remeasured_runs(runs, again, statistic)
+    return ratio_lines(summarise(measured), measured, pairs)
+
+
 def ms_fast_build(mod: Any, target: Any, _params: Any) -> Any:
     """MetaSchedule's default build minus its import of the tensor intrinsics (~50 s per worker)."""
     from tvm.driver import build as tvm_build

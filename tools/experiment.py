@@ -21,7 +21,8 @@ import numpy as np
 
 from rl_tuner.gadqn_tuner import REWARDS
 
-from .compare import ratio_lines, remeasure_bests, remeasured_runs, run_metaschedule, run_tuner, summarise
+from .compare import (ratio_lines, remeasure_bests, remeasured_ratio_lines, remeasured_runs, run_metaschedule,
+                      run_tuner, summarise)
 from .config import ConfigError, writable_dir
 from .measure_setup import measure_option_from_settings
 from .plots import hyperparameter_bars, monitor_plots, tuning_curves
@@ -133,10 +134,9 @@ class Experiment:
         lines = ratio_lines(rows, runs, pairs)
         if not lines:
             return []
-        fastest = remeasured_runs(labelled, again, "fastest")
         return ([f"each run's best config measured again ({rounds} times):"] + lines
                 + [f"the same, each config read as the fastest of its {rounds} timings:"]
-                + ratio_lines(summarise(fastest), fastest, pairs))
+                + remeasured_ratio_lines(labelled, again, pairs, "fastest"))
 
 
 def _compare(name: str, config: dict, option: dict, variants: list[tuple[str, str, dict]], title: str,
