@@ -23,7 +23,9 @@ high; with ``--trials N``, on the config that was its best after N trials. Runs 
 not measure that config again are left out, and counted. ``--statistic fastest`` reads a config's
 timings again by their fastest in place of their median. With ``--remeasured`` it also prints, per
 op and tuner, how high a run's own timing of its best read, and how unsteady that config is (the
-fastest of its timings again over their median).
+fastest of its timings again over their median), and how much each run left to find: the
+fastest config that any run of its file found over the run's best, both read on timings again
+that were not used to pick that fastest config.
 
     python benchmarks/pool_runs.py benchmarks/results/headroom_seeds210-212.json \
         benchmarks/results/compare_tuners_remeasured_zen4_seeds213-215.json --remeasured --trials 200
@@ -32,7 +34,10 @@ fastest of its timings again over their median).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import math
+import operator
 import os
 import statistics
 import sys
@@ -46,14 +51,15 @@ from tools.compare import (STATISTICS, best_index_at, check_one_machine, format_
 def pooled_runs(paths: list[str], rename: dict[str, str], tuners: set[str] | None) -> list[dict]:
     """Every run of the files, tuners renamed, later files winning on the same (op, tuner, seed);
     each run carries, as ``"again"``, its file's measurements again of the op's configs (empty
-    when there are none). Raises ``ValueError`` when the files were timed on different machines."""
+    when there are none), and as ``"source"`` its file. Raises ``ValueError`` when the files were
+    timed on different machines."""
     by_key: dict[tuple, dict] = {}
     files = [json.load(open(path)) for path in paths]
     check_one_machine(data.get("machine") for data in files)
-    for data in files:
+    for path, data in zip(paths, files):
         for run in data["runs"]:
             run = dict(run, tuner=rename.get(run["tuner"], run["tuner"]),
-                       again=data.get("remeasured", {}).get(run["op"], {}))
+                       again=data.get("remeasured", {}).get(run["op"], {}), source=path)
             if tuners is None or run["tuner"] in tuners:
                 by_key[(run["op"], run["tuner"], run["seed"])] = run
     return list(by_key.values())
@@ -90,6 +96,64 @@ def steadiness_lines(runs: list[dict]) -> list[str]:
             fastest = statistics.median(max(v) / statistics.median(v) for _, v in timings)
             lines.append(f"{op:8} {tuner:16} {len(timings):3} runs; over the median of the best's timings again: "
                          f"its own timing {own:.3f}, the fastest of them {fastest:.3f}")
+    return lines
+
+
+def held_out_splits(rounds: int) -> list[tuple[list[int], list[int]]]:
+    """Every way to split ``rounds`` timings into a half that picks (the larger half) and a half
+    that reads."""
+    return [(list(pick), [k for k in range(rounds) if k not in pick])
+            for pick in itertools.combinations(range(rounds), (rounds + 1) // 2)]
+
+
+def ceiling_ratios(runs: list[dict], statistic: str = "median") -> list[dict]:
+    """Each run whose best config was measured again, with ``"ceiling_ratio"``: the fastest
+    config its file measured again (the bests of all its runs, timed together) over the run's
+    own best. The fastest config is picked on one half of the timings again and both are read
+    (by ``statistic``) on the other half; the ratio is the median over every such split. Picked
+    and read on the same timings, the fastest of many noisy medians reads high, as a run's own
+    best does (``headroom.py``'s ceiling is read that way). The ratio says how much a run left
+    to find: a tuner 10% above another needs the other's runs to leave at least 10%
+    (benchmarks/README.md, "How much did each run leave to find?")."""
+    read = STATISTICS[statistic]
+    out = []
+    by_file_and_op = operator.itemgetter("source", "op")
+    for _, group in itertools.groupby(sorted(runs, key=by_file_and_op), key=by_file_and_op):
+        group = list(group)
+        again = [values for values in group[0]["again"].values() if values]
+        rounds = min(map(len, again), default=0)
+        if rounds < 2:
+            continue
+        splits = [(max(again, key=lambda v: read([v[k] for k in pick])), rest)
+                  for pick, rest in held_out_splits(rounds)]
+        for run in group:
+            values = group[0]["again"].get(str(best_index_at(run)))
+            if not values:
+                continue
+            ratios = []
+            for top, rest in splits:
+                own = read([values[k] for k in rest])
+                if own > 0:
+                    ratios.append(read([top[k] for k in rest]) / own)
+            if ratios:
+                out.append(run | {"ceiling_ratio": statistics.median(ratios)})
+    return out
+
+
+def ceiling_lines(runs: list[dict], statistic: str = "median") -> list[str]:
+    """``ceiling_ratios`` per op and tuner (median over runs), and per tuner the geometric mean
+    over the ops."""
+    rated = ceiling_ratios(runs, statistic)
+    lines, per_tuner = [], {}
+    for op in sorted({r["op"] for r in rated}):
+        for tuner in sorted({r["tuner"] for r in rated if r["op"] == op}):
+            ratios = [r["ceiling_ratio"] for r in rated if r["op"] == op and r["tuner"] == tuner]
+            per_tuner.setdefault(tuner, []).append(statistics.median(ratios))
+            lines.append(f"{op:8} {tuner:16} {len(ratios):3} runs; the fastest config of its file over the run's "
+                         f"best, on held-out timings again: {per_tuner[tuner][-1]:.3f}")
+    for tuner, ratios in sorted(per_tuner.items()):
+        lines.append(f"{tuner} leaves {math.exp(statistics.mean(map(math.log, ratios))):.3f} x its best to find "
+                     f"(geometric mean over {len(ratios)} ops)")
     return lines
 
 
@@ -178,6 +242,7 @@ def main() -> None:
               f"the {statistic} of its timings "
               f"({len(runs) - len(measured)} left out: their file did not measure it again)")
         print("\n".join(steadiness_lines(runs)))
+        print("\n".join(ceiling_lines(runs, statistic)))
         runs = measured
     rows = summarise(runs)
     print(format_table(rows))

@@ -10,8 +10,8 @@ import pytest
 from tools.compare import format_table, geomean_ratio, geomean_ratio_interval, machine_description, summarise
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
-from pool_runs import (cut_at, on_bests_measured_again, pooled_runs, settled_lines, steadiness_lines,  # noqa: E402
-                       stuck_lines)
+from pool_runs import (ceiling_lines, ceiling_ratios, cut_at, held_out_splits, on_bests_measured_again,  # noqa: E402
+                       pooled_runs, settled_lines, steadiness_lines, stuck_lines)
 
 
 def _runs(tuner: str, op: str, bests: list[float]) -> list[dict]:
@@ -75,6 +75,34 @@ def test_pooled_runs_compared_on_their_bests_measured_again_by_their_own_file(tm
     # how high the run's own timing of its best read (6 over 5), and the best's unsteadiness (5 over 5)
     assert steadiness_lines(runs) == ["x        ga                 1 runs; over the median of the best's timings "
                                       "again: its own timing 1.200, the fastest of them 1.000"]
+
+
+def test_ceiling_is_picked_on_some_timings_again_and_read_on_the_others(tmp_path):
+    """``pool_runs.py --remeasured`` says how much each run left to find: the fastest config any
+    run of its file found over the run's best. Config 8 is steady at 10; config 9 read 12 twice
+    and 4 once. Picked and read on the same timings, 9 would be the ceiling (median 12), and run
+    "a" would seem to leave 20%. Held out (pick on two rounds, read on the third), 9 is picked
+    only on rounds 0 and 1 and then reads 4: run "a" leaves nothing (median of 0.4, 1, 1), and
+    run "b" is read below the config picked on the other rounds (median of 1, 10/12, 10/12). A
+    run of another file, whose configs were not timed together with these, does not count."""
+    def run(tuner: str, index: int) -> dict:
+        return {"op": "x", "tuner": tuner, "seed": 0, "curve": [5.0], "indices": [index], "trials_to_90": 1,
+                "overhead": 0.0, "wall_seconds": 1.0}
+
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    first.write_text(json.dumps({"runs": [run("a", 8), run("b", 9)],
+                                 "remeasured": {"x": {"8": [10.0, 10.0, 10.0], "9": [12.0, 12.0, 4.0]}}}))
+    second.write_text(json.dumps({"runs": [run("c", 5) | {"seed": 1}], "remeasured": {"x": {"5": [99.0, 99.0]}}}))
+    assert held_out_splits(3) == [([0, 1], [2]), ([0, 2], [1]), ([1, 2], [0])]
+    runs = pooled_runs([str(first), str(second)], {}, None)
+    ratios = {r["tuner"]: r["ceiling_ratio"] for r in ceiling_ratios(runs)}
+    assert ratios == pytest.approx({"a": 1.0, "b": 10 / 12, "c": 1.0})
+    assert ceiling_lines(runs)[-3:] == ["a leaves 1.000 x its best to find (geometric mean over 1 ops)",
+                                        "b leaves 0.833 x its best to find (geometric mean over 1 ops)",
+                                        "c leaves 1.000 x its best to find (geometric mean over 1 ops)"]
+    # a file that measured its configs again only once cannot hold any timing out
+    first.write_text(json.dumps({"runs": [run("a", 8)], "remeasured": {"x": {"8": [10.0]}}}))
+    assert ceiling_ratios(pooled_runs([str(first)], {}, None)) == []
 
 
 def test_runs_cut_at_a_trial_and_stuck_runs_counted():
