@@ -78,6 +78,11 @@ def on_bests_measured_again(runs: list[dict], statistic: str = "median") -> list
     return [again for run in runs for again in remeasured_runs([run], {run["op"]: run["again"]}, statistic)]
 
 
+def best_timings_again(run: dict) -> list[float]:
+    """The run's best config's timings again in its own file (empty when it was not measured again)."""
+    return run["again"].get(str(best_index_at(run))) or []
+
+
 def steadiness_lines(runs: list[dict]) -> list[str]:
     """Per op and tuner, over the runs whose best config was measured again: how high the run's
     own timing of it read against the median of its timings again, and how far the fastest of
@@ -86,7 +91,7 @@ def steadiness_lines(runs: list[dict]) -> list[str]:
     whose speed varies, which a comparison on the median penalises and one on the fastest
     does not (benchmarks/README.md, "Eighteen seeds measured again, and how steady each
     tuner's best config is")."""
-    timed = [(r, r["again"].get(str(best_index_at(r)))) for r in runs]
+    timed = [(r, best_timings_again(r)) for r in runs]
     timed = [(r, again) for r, again in timed if again]
     lines = []
     for op in sorted({r["op"] for r, _ in timed}):
@@ -127,7 +132,7 @@ def ceiling_ratios(runs: list[dict], statistic: str = "median") -> list[dict]:
         splits = [(max(again, key=lambda v: read([v[k] for k in pick])), rest)
                   for pick, rest in held_out_splits(rounds)]
         for run in group:
-            values = group[0]["again"].get(str(best_index_at(run)))
+            values = best_timings_again(run)
             if not values:
                 continue
             ratios = []
