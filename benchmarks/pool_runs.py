@@ -29,6 +29,15 @@ that were not used to pick that fastest config.
 
     python benchmarks/pool_runs.py benchmarks/results/headroom_seeds210-212.json \
         benchmarks/results/compare_tuners_remeasured_zen4_seeds213-215.json --remeasured --trials 200
+
+``--measure-again N --out FILE`` measures the best config of every pooled run again, N times,
+each op's configs together in one pass on this machine (which must be the files' machine), and
+writes the pooled runs with those timings to FILE (a stopped pass resumes from it); then it
+reports as ``--remeasured`` does on them. Timed in one pass, runs of files taken on different
+days compare as fairly as runs of one file, and the fastest config of all of them says how much
+any run left to find. With ``--last-bests K`` it measures each run's last K bests-so-far (the
+configs at which its best rose), not only its final best, and prints what timing them again
+after tuning and keeping the fastest would gain (held out as the ceiling is).
 """
 
 from __future__ import annotations
@@ -37,15 +46,16 @@ import argparse
 import itertools
 import json
 import math
-import operator
 import os
 import statistics
 import sys
+from typing import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tools.compare import (STATISTICS, best_index_at, check_one_machine, format_table, ratio_lines,  # noqa: E402
-                           remeasured_runs, summarise, trials_to_fraction)
+from tools.compare import (STATISTICS, best_index_at, check_one_machine, format_table,  # noqa: E402
+                           machine_description, ratio_lines, remeasure_into, remeasured_runs, summarise,
+                           trials_to_fraction)
 
 
 def pooled_runs(paths: list[str], rename: dict[str, str], tuners: set[str] | None) -> list[dict]:
@@ -63,6 +73,24 @@ def pooled_runs(paths: list[str], rename: dict[str, str], tuners: set[str] | Non
             if tuners is None or run["tuner"] in tuners:
                 by_key[(run["op"], run["tuner"], run["seed"])] = run
     return list(by_key.values())
+
+
+def measure_together(runs: list[dict], paths: list[str], rounds: int, out: str, count: int = 1) -> list[dict]:
+    """The pooled runs with their best configs (their last ``count`` bests-so-far, see
+    ``last_bests``) measured again together, ``rounds`` times, each op in one pass
+    (``tools.compare.remeasure_into``), written to ``out`` as one result file and
+    carried by each run as ``"again"`` (``"source"`` is then ``out``, so the fastest config is
+    sought over all of them). A pass stopped part way resumes from ``out``. Raises
+    ``ValueError`` when this machine is not the one the files were timed on."""
+    machine = machine_description()
+    check_one_machine([machine] + [json.load(open(path)).get("machine") for path in paths])
+    plain = [{k: v for k, v in run.items() if k not in ("again", "source")} for run in runs]
+    if not os.path.isfile(out):
+        with open(out, "w") as handle:
+            json.dump({"args": {"pooled": paths, "measure_again": rounds, "last_bests": count}, "machine": machine,
+                       "runs": plain}, handle)
+    again = remeasure_into(out, plain, rounds, bests=lambda run: last_bests(run, count))
+    return [dict(run, again=again.get(run["op"], {}), source=out) for run in plain]
 
 
 def cut_at(run: dict, trials: int) -> dict:
@@ -111,55 +139,87 @@ def held_out_splits(rounds: int) -> list[tuple[list[int], list[int]]]:
             for pick in itertools.combinations(range(rounds), (rounds + 1) // 2)]
 
 
+def held_out_gain(candidates: list[list[float]], own: list[float],
+                  read: Callable[[list[float]], float]) -> float | None:
+    """The fastest of ``candidates`` (each a config's timings again) over ``own``: the fastest is
+    picked on one half of the timings and both are read (by ``read``) on the other half; the
+    median over every such split. Picked and read on the same timings, the fastest of many noisy
+    timings reads high, as a run's own best does. ``None`` with fewer than two timings each."""
+    rounds = min(map(len, candidates + [own]))
+    ratios = []
+    for pick, rest in held_out_splits(rounds) if rounds >= 2 else []:
+        top = max(candidates, key=lambda v: read([v[k] for k in pick]))
+        if (own_read := read([own[k] for k in rest])) > 0:
+            ratios.append(read([top[k] for k in rest]) / own_read)
+    return statistics.median(ratios) if ratios else None
+
+
 def ceiling_ratios(runs: list[dict], statistic: str = "median") -> list[dict]:
     """Each run whose best config was measured again, with ``"ceiling_ratio"``: the fastest
     config its file measured again (the bests of all its runs, timed together) over the run's
-    own best. The fastest config is picked on one half of the timings again and both are read
-    (by ``statistic``) on the other half; the ratio is the median over every such split. Picked
-    and read on the same timings, the fastest of many noisy medians reads high, as a run's own
-    best does (``headroom.py``'s ceiling is read that way). The ratio says how much a run left
-    to find: a tuner 10% above another needs the other's runs to leave at least 10%
-    (benchmarks/README.md, "How much did each run leave to find?")."""
-    read = STATISTICS[statistic]
+    own best, held out (``held_out_gain``; ``headroom.py``'s ceiling is read on the same
+    timings). The ratio says how much a run left to find: a tuner 10% above another needs the
+    other's runs to leave at least 10% (benchmarks/README.md, "How much did each run leave to
+    find?")."""
     out = []
-    by_file_and_op = operator.itemgetter("source", "op")
-    for _, group in itertools.groupby(sorted(runs, key=by_file_and_op), key=by_file_and_op):
-        group = list(group)
-        again = [values for values in group[0]["again"].values() if values]
-        rounds = min(map(len, again), default=0)
-        if rounds < 2:
-            continue
-        splits = [(max(again, key=lambda v: read([v[k] for k in pick])), rest)
-                  for pick, rest in held_out_splits(rounds)]
-        for run in group:
-            values = best_timings_again(run)
-            if not values:
-                continue
-            ratios = []
-            for top, rest in splits:
-                own = read([values[k] for k in rest])
-                if own > 0:
-                    ratios.append(read([top[k] for k in rest]) / own)
-            if ratios:
-                out.append(run | {"ceiling_ratio": statistics.median(ratios)})
+    for run in runs:
+        own, candidates = best_timings_again(run), [v for v in run["again"].values() if v]
+        if own and (ratio := held_out_gain(candidates, own, STATISTICS[statistic])) is not None:
+            out.append(run | {"ceiling_ratio": ratio})
     return out
+
+
+def last_bests(run: dict, count: int) -> list[int]:
+    """The configs of the run's last ``count`` bests-so-far (where its best rose), its final best
+    last; none for a run that did not record its configs (MetaSchedule's)."""
+    curve = run["curve"] if "indices" in run else []
+    risen = [run["indices"][t] for t, gflops in enumerate(curve) if gflops > 0 and (t == 0 or gflops > curve[t - 1])]
+    return risen[-count:]
+
+
+def validation_ratios(runs: list[dict], count: int, statistic: str = "median") -> list[dict]:
+    """Each run whose last ``count`` bests-so-far were all measured again, with
+    ``"validation_ratio"``: the fastest of them over its final best, held out
+    (``held_out_gain``). It says what timing a run's top configs again after tuning, and keeping
+    the fastest, would gain over deploying its best as timed while tuning."""
+    out = []
+    for run in runs:
+        candidates = [run["again"].get(str(index)) for index in last_bests(run, count)]
+        if candidates and all(candidates):
+            if (ratio := held_out_gain(candidates, candidates[-1], STATISTICS[statistic])) is not None:
+                out.append(run | {"validation_ratio": ratio})
+    return out
+
+
+def per_op_ratio_lines(rated: list[dict], key: str, what: str) -> tuple[list[str], dict[str, float]]:
+    """Per op and tuner, the median over runs of ``key`` (with its mean and largest), saying
+    ``what`` it is; and per tuner the geometric mean of those medians over the ops."""
+    lines, per_tuner = [], {}
+    for op in sorted({r["op"] for r in rated}):
+        for tuner in sorted({r["tuner"] for r in rated if r["op"] == op}):
+            ratios = [r[key] for r in rated if r["op"] == op and r["tuner"] == tuner]
+            per_tuner.setdefault(tuner, []).append(statistics.median(ratios))
+            lines.append(f"{op:8} {tuner:16} {len(ratios):3} runs; {what}: {per_tuner[tuner][-1]:.3f} "
+                         f"(mean {statistics.mean(ratios):.3f}, largest {max(ratios):.3f})")
+    return lines, {tuner: math.exp(statistics.mean(map(math.log, medians))) for tuner, medians in per_tuner.items()}
 
 
 def ceiling_lines(runs: list[dict], statistic: str = "median") -> list[str]:
     """``ceiling_ratios`` per op and tuner (median over runs), and per tuner the geometric mean
     over the ops."""
-    rated = ceiling_ratios(runs, statistic)
-    lines, per_tuner = [], {}
-    for op in sorted({r["op"] for r in rated}):
-        for tuner in sorted({r["tuner"] for r in rated if r["op"] == op}):
-            ratios = [r["ceiling_ratio"] for r in rated if r["op"] == op and r["tuner"] == tuner]
-            per_tuner.setdefault(tuner, []).append(statistics.median(ratios))
-            lines.append(f"{op:8} {tuner:16} {len(ratios):3} runs; the fastest config of its file over the run's "
-                         f"best, on held-out timings again: {per_tuner[tuner][-1]:.3f}")
-    for tuner, ratios in sorted(per_tuner.items()):
-        lines.append(f"{tuner} leaves {math.exp(statistics.mean(map(math.log, ratios))):.3f} x its best to find "
-                     f"(geometric mean over {len(ratios)} ops)")
-    return lines
+    lines, per_tuner = per_op_ratio_lines(ceiling_ratios(runs, statistic), "ceiling_ratio",
+                                          "the fastest config of its file over the run's best, on held-out timings again")
+    return lines + [f"{tuner} leaves {ratio:.3f} x its best to find (geometric mean over the ops)"
+                    for tuner, ratio in sorted(per_tuner.items())]
+
+
+def validation_lines(runs: list[dict], count: int, statistic: str = "median") -> list[str]:
+    """``validation_ratios`` per op and tuner (median over runs), and per tuner the geometric mean
+    over the ops."""
+    lines, per_tuner = per_op_ratio_lines(validation_ratios(runs, count, statistic), "validation_ratio",
+                                          f"the fastest of its last {count} bests over its best, held out")
+    return lines + [f"{tuner}: timing its last {count} bests again and keeping the fastest gains {ratio:.3f} "
+                    "(geometric mean over the ops)" for tuner, ratio in sorted(per_tuner.items())]
 
 
 def stuck_lines(runs: list[dict], fraction: float) -> list[str]:
@@ -211,12 +271,23 @@ def main() -> None:
     parser.add_argument("--statistic", default=None,
                         help=f"with --remeasured: how a config's timings again are read ({', '.join(STATISTICS)}; "
                              "default median)")
+    parser.add_argument("--measure-again", type=int, default=0, metavar="N",
+                        help="measure every pooled run's best config again, N times, all together; needs --out")
+    parser.add_argument("--out", default=None, help="with --measure-again: the result file to write (or resume)")
+    parser.add_argument("--last-bests", type=int, default=1, metavar="K",
+                        help="with --measure-again, measure each run's last K bests-so-far again, not only its best; "
+                             "with either, print what keeping the fastest of them would gain")
     args = parser.parse_args()
+    if args.measure_again < 0 or (args.measure_again > 0) != (args.out is not None):
+        sys.exit("--measure-again takes a positive number of rounds and goes with --out FILE "
+                 f"(got {args.measure_again} and {args.out!r})")
+    if args.last_bests < 1 or (args.last_bests > 1 and not (args.remeasured or args.measure_again)):
+        sys.exit(f"--last-bests takes a positive count and needs --remeasured or --measure-again, got {args.last_bests}")
     if args.stuck is not None and args.stuck <= 0:
         sys.exit(f"--stuck must be a fraction above 0 (e.g. 0.8), got {args.stuck}")
     if args.trials is not None and args.trials < 1:
         sys.exit(f"--trials must be a positive number of trials, got {args.trials}")
-    if args.statistic is not None and (not args.remeasured or args.statistic not in STATISTICS):
+    if args.statistic is not None and (not (args.remeasured or args.measure_again) or args.statistic not in STATISTICS):
         sys.exit(f"--statistic takes one of {', '.join(STATISTICS)} and needs --remeasured, got {args.statistic!r}")
     checkpoints = args.settled.split(",") if args.settled else []
     if not all(n.isdigit() and int(n) > 0 for n in checkpoints):
@@ -237,7 +308,12 @@ def main() -> None:
         sys.exit(f"not a compare_tuners.py result file (a JSON object with a list of runs): {err}")
     if args.trials is not None:
         runs = [cut_at(run, args.trials) for run in runs]
-    if args.remeasured:
+    if args.measure_again:
+        try:
+            runs = measure_together(runs, args.files, args.measure_again, args.out, args.last_bests)
+        except ValueError as err:
+            sys.exit(str(err))
+    if args.remeasured or args.measure_again:
         statistic = args.statistic or "median"
         measured = on_bests_measured_again(runs, statistic)
         if not measured:
@@ -248,6 +324,8 @@ def main() -> None:
               f"({len(runs) - len(measured)} left out: their file did not measure it again)")
         print("\n".join(steadiness_lines(runs)))
         print("\n".join(ceiling_lines(runs, statistic)))
+        if args.last_bests > 1:
+            print("\n".join(validation_lines(runs, args.last_bests, statistic)))
         runs = measured
     rows = summarise(runs)
     print(format_table(rows))

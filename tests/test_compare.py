@@ -10,8 +10,9 @@ import pytest
 from tools.compare import format_table, geomean_ratio, geomean_ratio_interval, machine_description, summarise
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
-from pool_runs import (ceiling_lines, ceiling_ratios, cut_at, held_out_splits, on_bests_measured_again,  # noqa: E402
-                       pooled_runs, settled_lines, steadiness_lines, stuck_lines)
+from pool_runs import (ceiling_lines, ceiling_ratios, cut_at, held_out_splits, last_bests,  # noqa: E402
+                       on_bests_measured_again, pooled_runs, settled_lines, steadiness_lines, stuck_lines,
+                       validation_lines, validation_ratios)
 
 
 def _runs(tuner: str, op: str, bests: list[float]) -> list[dict]:
@@ -97,12 +98,33 @@ def test_ceiling_is_picked_on_some_timings_again_and_read_on_the_others(tmp_path
     runs = pooled_runs([str(first), str(second)], {}, None)
     ratios = {r["tuner"]: r["ceiling_ratio"] for r in ceiling_ratios(runs)}
     assert ratios == pytest.approx({"a": 1.0, "b": 10 / 12, "c": 1.0})
-    assert ceiling_lines(runs)[-3:] == ["a leaves 1.000 x its best to find (geometric mean over 1 ops)",
-                                        "b leaves 0.833 x its best to find (geometric mean over 1 ops)",
-                                        "c leaves 1.000 x its best to find (geometric mean over 1 ops)"]
+    assert ceiling_lines(runs)[-3:] == ["a leaves 1.000 x its best to find (geometric mean over the ops)",
+                                        "b leaves 0.833 x its best to find (geometric mean over the ops)",
+                                        "c leaves 1.000 x its best to find (geometric mean over the ops)"]
     # a file that measured its configs again only once cannot hold any timing out
     first.write_text(json.dumps({"runs": [run("a", 8)], "remeasured": {"x": {"8": [10.0]}}}))
     assert ceiling_ratios(pooled_runs([str(first)], {}, None)) == []
+
+
+def test_validation_keeps_the_fastest_of_a_runs_last_bests_on_held_out_timings():
+    """``pool_runs.py --last-bests K``: what timing a run's last K bests-so-far again, and keeping
+    the fastest, gains over its final best. Config 11 was beaten while tuning (3 against 5) but
+    is steadily faster when timed again: keeping it gains 20%. Config 21 read fast twice and slow
+    once, so held out it is picked only where it then reads slow: no gain (median of 0.4, 1, 1).
+    A run whose last bests were not all measured again is left out."""
+    def run(tuner: str, indices: list[int]) -> dict:
+        return {"op": "x", "tuner": tuner, "seed": 0, "curve": [1.0, 3.0, 3.0, 5.0, 5.0], "indices": indices,
+                "again": {"11": [12.0] * 3, "13": [10.0] * 3, "21": [12.0, 12.0, 4.0], "23": [10.0] * 3}}
+
+    steady, lucky, unmeasured = run("a", [10, 11, 12, 13, 14]), run("b", [20, 21, 22, 23, 24]), run("c", [5] * 5)
+    assert last_bests(steady, 2) == [11, 13] and last_bests(steady, 5) == [10, 11, 13]
+    assert last_bests({"curve": [1.0, 2.0]}, 5) == []  # a run that recorded no configs (MetaSchedule's)
+    ratios = {r["tuner"]: r["validation_ratio"] for r in validation_ratios([steady, lucky, unmeasured], 2)}
+    assert ratios == pytest.approx({"a": 1.2, "b": 1.0})
+    assert validation_ratios([steady], 3) == []  # config 10 was not measured again
+    assert validation_lines([steady, lucky], 2)[-2:] == [
+        "a: timing its last 2 bests again and keeping the fastest gains 1.200 (geometric mean over the ops)",
+        "b: timing its last 2 bests again and keeping the fastest gains 1.000 (geometric mean over the ops)"]
 
 
 def test_runs_cut_at_a_trial_and_stuck_runs_counted():
@@ -179,6 +201,40 @@ def test_run_grid_resumes_and_measures_only_the_missing_runs(tmp_path):
     other.write_text(json.dumps({"machine": dict(machine_description(), cpu="Another CPU"), "runs": [kept]}))
     with pytest.raises(ValueError, match="cannot resume"):
         run_grid(str(other), [0], ["mm64"], ["random"], 4, option, options_for, {}, {})
+
+
+def test_pooled_runs_are_measured_again_together_and_resume(tmp_path):
+    """``pool_runs.py --measure-again N --out F``: the bests of runs from files taken on different
+    days are timed again in one pass (for real, on a tiny matmul), written with the runs to one
+    file that ``--remeasured`` reads, and a pass that holds every config is kept, not repeated.
+    A file timed on another machine is refused: its configs would be timed on this one."""
+    from pool_runs import measure_together
+
+    def run(seed, index):
+        return {"op": "mm64", "tuner": "ga", "seed": seed, "curve": [1.0, 2.0], "indices": [0, index],
+                "best_gflops": 2.0, "trials_to_90": 2, "overhead": None, "wall_seconds": 1.0}
+
+    paths = []
+    for seed, index in [(0, 1), (1, 2)]:
+        paths.append(str(tmp_path / f"day{seed}.json"))
+        with open(paths[-1], "w") as handle:
+            json.dump({"machine": machine_description(), "runs": [run(seed, index)], "remeasured": {}}, handle)
+    out = str(tmp_path / "together.json")
+    runs = measure_together(pooled_runs(paths, {}, None), paths, 2, out)
+    saved = json.load(open(out))
+    assert [r["seed"] for r in saved["runs"]] == [0, 1] and "again" not in saved["runs"][0]
+    timings = saved["remeasured"]["mm64"]
+    assert set(timings) == {"1", "2"} and all(len(v) == 2 and min(v) > 0 for v in timings.values())
+    assert all(r["again"] == timings and r["source"] == out for r in runs)
+    assert [r["best_gflops"] for r in on_bests_measured_again(runs)] == [np.median(timings["1"]),
+                                                                         np.median(timings["2"])]
+    assert measure_together(pooled_runs(paths, {}, None), paths, 2, out)[0]["again"] == timings  # kept
+
+    elsewhere = str(tmp_path / "elsewhere.json")
+    with open(elsewhere, "w") as handle:
+        json.dump({"machine": dict(machine_description(), cpu="Another CPU"), "runs": []}, handle)
+    with pytest.raises(ValueError, match="different machines"):
+        measure_together([], [elsewhere], 2, str(tmp_path / "never.json"))
 
 
 def test_held_out_move_ranking_finds_a_move_that_pays_and_nothing_where_none_does(tmp_path):
