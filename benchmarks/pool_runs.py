@@ -185,9 +185,10 @@ def validation_ratios(runs: list[dict], count: int, statistic: str = "median") -
     out = []
     for run in runs:
         candidates = [run["again"].get(str(index)) for index in last_bests(run, count)]
-        if candidates and all(candidates):
-            if (ratio := held_out_gain(candidates, candidates[-1], STATISTICS[statistic])) is not None:
-                out.append(run | {"validation_ratio": ratio})
+        if not candidates or not all(candidates):
+            continue
+        if (ratio := held_out_gain(candidates, candidates[-1], STATISTICS[statistic])) is not None:
+            out.append(run | {"validation_ratio": ratio})
     return out
 
 
@@ -207,8 +208,8 @@ def per_op_ratio_lines(rated: list[dict], key: str, what: str) -> tuple[list[str
 def ceiling_lines(runs: list[dict], statistic: str = "median") -> list[str]:
     """``ceiling_ratios`` per op and tuner (median over runs), and per tuner the geometric mean
     over the ops."""
-    lines, per_tuner = per_op_ratio_lines(ceiling_ratios(runs, statistic), "ceiling_ratio",
-                                          "the fastest config of its file over the run's best, on held-out timings again")
+    what = "the fastest config of its file over the run's best, on held-out timings again"
+    lines, per_tuner = per_op_ratio_lines(ceiling_ratios(runs, statistic), "ceiling_ratio", what)
     return lines + [f"{tuner} leaves {ratio:.3f} x its best to find (geometric mean over the ops)"
                     for tuner, ratio in sorted(per_tuner.items())]
 
@@ -282,13 +283,15 @@ def main() -> None:
         sys.exit("--measure-again takes a positive number of rounds and goes with --out FILE "
                  f"(got {args.measure_again} and {args.out!r})")
     if args.last_bests < 1 or (args.last_bests > 1 and not (args.remeasured or args.measure_again)):
-        sys.exit(f"--last-bests takes a positive count and needs --remeasured or --measure-again, got {args.last_bests}")
+        sys.exit("--last-bests takes a positive count and needs --remeasured or --measure-again, "
+                 f"got {args.last_bests}")
     if args.stuck is not None and args.stuck <= 0:
         sys.exit(f"--stuck must be a fraction above 0 (e.g. 0.8), got {args.stuck}")
     if args.trials is not None and args.trials < 1:
         sys.exit(f"--trials must be a positive number of trials, got {args.trials}")
     if args.statistic is not None and (not (args.remeasured or args.measure_again) or args.statistic not in STATISTICS):
-        sys.exit(f"--statistic takes one of {', '.join(STATISTICS)} and needs --remeasured, got {args.statistic!r}")
+        sys.exit(f"--statistic takes one of {', '.join(STATISTICS)} and needs --remeasured or --measure-again, "
+                 f"got {args.statistic!r}")
     checkpoints = args.settled.split(",") if args.settled else []
     if not all(n.isdigit() and int(n) > 0 for n in checkpoints):
         sys.exit(f"--settled takes positive trial counts separated by commas (e.g. 60,100), got {args.settled!r}")
