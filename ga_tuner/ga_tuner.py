@@ -14,15 +14,34 @@ from autotvm.tuner.population import Member, PopulationTuner
 
 
 class GATuner(PopulationTuner):
+    """AutoTVM's genetic algorithm.
+
+    Parameters
+    ----------
+    task : Task
+        The task to tune.
+    pop_size : int
+        Members per generation (100, AutoTVM's default).
+    elite_num : int
+        Best members carried unchanged into the next generation (3).
+    mutation_prob : float
+        Probability that each knob of a child is redrawn (0.1).
+    screen : int
+        Candidates bred per measured child, the screen model's pick measured (1: AutoTVM's GA,
+        every child measured). GA-DQN's screen given to the GA, to compare like with like.
+    immigrants : int
+        Slots per generation given to the screen model's pick of 512 random unvisited configs
+        (0; needs ``screen > 1``).
+    seed : int, optional
+        Makes every proposal deterministic for the same measurements.
+    """
+
     def __init__(self, task: Any, pop_size: int = 100, elite_num: int = 3, mutation_prob: float = 0.1,
-                 screen: int = 1, restart_after: int | None = None, immigrants: int = 0,
-                 immigrant_pool: int = 512, screen_scope: str = "slot", screen_model: str = "rank",
-                 seed: int | None = None) -> None:
-        if not 0 <= mutation_prob <= 1:
-            raise ValueError(f"mutation_prob must be in [0, 1], got {mutation_prob}")
-        super().__init__(task, pop_size=pop_size, elite_num=elite_num, screen=screen, restart_after=restart_after,
-                         immigrants=immigrants, immigrant_pool=immigrant_pool, screen_scope=screen_scope,
-                         screen_model=screen_model, seed=seed)
+                 screen: int = 1, immigrants: int = 0, seed: int | None = None) -> None:
+        if isinstance(mutation_prob, bool) or not isinstance(mutation_prob, (int, float)) or not 0 <= mutation_prob <= 1:
+            raise ValueError(f"mutation_prob must be a number in [0, 1], got {mutation_prob!r}")
+        super().__init__(task, pop_size=pop_size, elite_num=elite_num, screen=screen, immigrants=immigrants,
+                         seed=seed)
         self.mutation_prob = mutation_prob
 
     def breed(self, parents: list[Member], probs: np.ndarray, taken: set[int]) -> tuple[list[int], Any]:

@@ -1,8 +1,7 @@
 """A small deep Q-network agent in plain PyTorch (read it top to bottom, CleanRL style).
 
 Knows nothing of TVM: states are float vectors, actions are ints, invalid actions are masked.
-MLP Q-network (or ``EntityQNetwork``, with weights shared across the entities a state lists),
-replay buffer, target network, epsilon-greedy with linear decay, Huber loss, optional double
+MLP Q-network, replay buffer, target network, epsilon-greedy with linear decay, Huber loss, optional double
 DQN, configurable gamma, a training step every ``train_every`` transitions after
 ``learning_starts`` transitions.
 
@@ -14,7 +13,7 @@ one of them is carried out (``act_batch``) must not use up its exploration on th
 from __future__ import annotations
 
 import contextlib
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Iterator
 
 import numpy as np
@@ -24,33 +23,42 @@ from torch import nn
 
 @dataclass
 class DQNConfig:
-    """Hyperparameters of one agent (saved with it)."""
+    """Hyper-parameters of one agent, saved with it. A tuning run gives the agents a few hundred
+    transitions, so they learn fast and explore early."""
 
     hidden: tuple[int, ...] = (64, 64)
-    lr: float = 3e-3  # a tuning run gives the agents a few hundred transitions: learn fast
-    gamma: float = 0.0  # choosing a cut point or a knob is close to a contextual bandit
+    """widths of the Q-network's hidden layers"""
+    lr: float = 3e-3
+    """Adam's learning rate"""
+    gamma: float = 0.0
+    """discount: choosing a cut point or a move is close to a contextual bandit (0.5 measured worse)"""
     buffer_size: int = 5000
+    """transitions kept in the replay buffer (more than a run makes)"""
     batch_size: int = 32
-    train_every: int = 2  # a gradient step every second transition: half the training time (a
-    # third of GA-DQN's own time on C1 with the screen), and the synthetic learning tests still hold
+    """transitions per gradient step"""
+    train_every: int = 2
+    """a gradient step every this many transitions (halves the training time; learning holds)"""
     learning_starts: int = 16
-    target_update: int = 50  # gradient steps between target-network syncs
+    """transitions before the first gradient step"""
+    target_update: int = 50
+    """gradient steps between target-network syncs"""
     eps_start: float = 1.0
+    """exploration rate at the first transition"""
     eps_end: float = 0.05
-    eps_decay_steps: int = 100  # transitions over which epsilon decays linearly
+    """exploration rate after ``eps_decay_steps`` transitions"""
+    eps_decay_steps: int = 100
+    """transitions over which epsilon decays linearly"""
     double_dqn: bool = True
-    q_init: float = 0.1  # initial Q of every action: optimism, so that every action gets tried
-    # (measured on the synthetic dominant-knob objective: with 0.0 the agent locked onto whichever
-    # knob it tried first; with 0.1 and lr 3e-3 it found the dominant knob in 6 of 6 seeds)
+    """pick the next action with the online network, value it with the target network"""
+    q_init: float = 0.0
+    """initial Q of every action; with several hundred moves and ~190 children a run, optimism
+    (> 0) would keep the agent trying untried moves for the whole run"""
     grad_clip: float = 10.0
+    """largest gradient norm of a step"""
     device: str = "cpu"
-    # CPU threads for the networks' work: they are tiny, so more threads only add synchronisation
-    # (C1, 200 trials, 2 cores, one run each: the tuner's own time fell from 1.85 s to 1.32 s)
+    """torch device of the networks"""
     num_threads: int = 1
-    # > 0: the state starts with ``entities`` rows of ``entity_dim`` features, and actions are
-    # per-entity moves (``EntityQNetwork``); 0: a plain MLP with one output per action
-    entities: int = 0
-    entity_dim: int = 0
+    """CPU threads for the networks: they are tiny, and more threads only add synchronisation"""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -91,50 +99,6 @@ class QNetwork(nn.Module):
         return self.net(x)
 
 
-class EntityQNetwork(nn.Module):
-    """Q of moves made on one of several entities, with weights shared across the entities.
-
-    The state is ``entities`` rows of ``entity_dim`` features (all-zero rows are padding),
-    then global features. Action ``m * entities + e`` is move m on entity e; the last
-    ``n_actions mod entities`` actions are global (not on an entity). Every entity row goes
-    through the same encoder; the mean of the encodings of the rows present and the global
-    features make a context; each entity's moves are scored from its encoding and the context
-    by one shared head, the global actions from the context.
-
-    Why: a flat MLP has one output row per (move, entity), hundreds of them, and a tuning run
-    gives it about 190 transitions, so most rows are never trained; here every transition trains
-    the weights that score every entity's moves, and what is learnt on one entity ("this move
-    helps when the entity's features look like this") holds for the others and for the entities
-    of another task (one with fewer leaves the rest of the rows as padding)."""
-
-    def __init__(self, state_dim: int, n_actions: int, hidden: tuple[int, ...], q_init: float,
-                 entities: int, entity_dim: int) -> None:
-        super().__init__()
-        self.entities, self.entity_dim = entities, entity_dim
-        self.n_moves, self.n_global = divmod(n_actions, entities)
-        global_dim = state_dim - entities * entity_dim
-        if self.n_moves < 1 or global_dim < 0:
-            raise ValueError(f"entity layout {entities} x {entity_dim} does not fit state_dim {state_dim} "
-                             f"and n_actions {n_actions}")
-        width = hidden[0] if hidden else 64
-        self.encode = _mlp([entity_dim, width])
-        self.context = _mlp([width + global_dim, width])
-        self.moves = nn.Sequential(_mlp([2 * width, *hidden]), _head(hidden[-1] if hidden else 2 * width,
-                                                                      self.n_moves, q_init))
-        self.global_head = _head(width, self.n_global, q_init) if self.n_global else None
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        n, d = self.entities, self.entity_dim
-        rows = x[:, : n * d].reshape(-1, n, d)
-        present = (rows.abs().sum(dim=2, keepdim=True) > 0).float()
-        encoded = self.encode(rows)
-        pooled = (encoded * present).sum(dim=1) / present.sum(dim=1).clamp(min=1.0)
-        context = self.context(torch.cat([pooled, x[:, n * d:]], dim=1))
-        per_entity = self.moves(torch.cat([encoded, context[:, None].expand(-1, n, -1)], dim=2))  # (B, n, moves)
-        q = per_entity.transpose(1, 2).reshape(len(x), -1)  # move-major: action m * n + e
-        return q if self.global_head is None else torch.cat([q, self.global_head(context)], dim=1)
-
-
 class ReplayBuffer:
     """A circular buffer of (state, action, reward, next_state, next_mask, done)."""
 
@@ -166,13 +130,6 @@ class ReplayBuffer:
                 "next_states": self.next_states[idx], "next_masks": self.next_masks[idx], "dones": self.dones[idx]}
 
 
-@dataclass
-class StepLog:
-    loss: float | None = None
-    epsilon: float = 1.0
-    extra: dict = field(default_factory=dict)
-
-
 class DQNAgent:
     """Epsilon-greedy DQN over ``n_actions`` with per-state action masks."""
 
@@ -194,10 +151,7 @@ class DQNAgent:
         self.training = True  # False: act greedily and never learn (a loaded agent used as is)
 
     def _network(self) -> nn.Module:
-        c = self.config
-        if c.entities > 0:
-            return EntityQNetwork(self.state_dim, self.n_actions, c.hidden, c.q_init, c.entities, c.entity_dim)
-        return QNetwork(self.state_dim, self.n_actions, c.hidden, c.q_init)
+        return QNetwork(self.state_dim, self.n_actions, self.config.hidden, self.config.q_init)
 
     @contextlib.contextmanager
     def _threads(self) -> Iterator[None]:
@@ -313,6 +267,6 @@ class DQNAgent:
         agent.q.load_state_dict(data["q"])
         agent.target.load_state_dict(data["target"])
         agent.optimizer.load_state_dict(data["optimizer"])
-        agent.transitions = data["transitions"]  # (older checkpoints also hold an unused "actions_taken")
+        agent.transitions = data["transitions"]
         agent.gradient_steps = data["gradient_steps"]
         return agent

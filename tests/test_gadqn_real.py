@@ -17,7 +17,7 @@ from conftest import random_matmul_inputs, run_module
 @pytest.mark.parametrize("make", [lambda t: GATuner(t, pop_size=6, seed=0),
                                   lambda t: GADQNTuner(t, pop_size=6, seed=0, dqn={"learning_starts": 4}),
                                   lambda t: GADQNTuner(t, pop_size=6, seed=0, action_policy="random"),
-                                  lambda t: GADQNTuner(t, pop_size=6, seed=0, mutation="mixed",
+                                  lambda t: GADQNTuner(t, pop_size=6, seed=0, mutation="redraw",
                                                        dqn={"learning_starts": 4}),
                                   lambda t: GADQNTuner(t, pop_size=6, seed=0, screen=1)])
 def test_tunes_a_real_operator(make, matmul_task, measure_opt, tmp_path):

@@ -2,11 +2,12 @@
 
 import numpy as np
 import pytest
-import torch
+
 
 from autotvm.task.space import DIRECTIONS
 from ga_tuner import GATuner
 from rl_tuner import DQNAgent, DQNConfig, GADQNTuner
+from rl_tuner.gadqn_tuner import FAILURE_PENALTY, REWARD_CAP
 
 from synthetic import (SyntheticTask, dominant_knob, inner_tiles, nk_landscape, one_knob_dominates, run,
                        synthetic_measure, trials_to_reach)
@@ -92,8 +93,8 @@ def test_failures_are_penalised_lightly_and_rewards_bounded():
     tuner = run(GADQNTuner(task, pop_size=8, seed=0), task, 80)
     rewards = [row["reward"] for row in tuner.monitor]
     failed = [row["reward"] for row in tuner.monitor if row["gflops"] == 0]
-    assert failed and all(r == -tuner.failure_penalty for r in failed)
-    assert all(-1 <= r <= tuner.reward_cap for r in rewards)
+    assert failed and all(r == -FAILURE_PENALTY for r in failed)
+    assert all(-1 <= r <= REWARD_CAP for r in rewards)
 
 
 @pytest.mark.parametrize("reward", ["improvement", "score", "r1", "r2", "r3"])
@@ -135,32 +136,6 @@ def test_save_load_modes_and_transfer(tmp_path):
     moved = run(GADQNTuner(other, pop_size=6, mode="continue", checkpoint=path, seed=0), other, 30)
     assert all(row["mutated_knob"] is None or row["mutated_knob"] < 3 for row in moved.monitor)
     assert all(row["crossover_action"] is None or row["crossover_action"] < 2 for row in moved.monitor)
-
-
-def test_per_knob_network_shares_its_weights_across_knobs(tmp_path):
-    """The "per_knob" network scores every knob's moves with one set of weights: two entity rows
-    swapped swap their Q values, and a saved agent moves to a task with another knob count."""
-    n, dim, moves = 4, 3, 5
-    agent = DQNAgent(n * dim + 1, moves * n + 1, DQNConfig(entities=n, entity_dim=dim), seed=0)
-    for p in agent.q.parameters():  # away from the zero-initialised head, so every output differs
-        torch.nn.init.normal_(p)
-    rows = np.random.default_rng(0).random((n, dim)).astype(np.float32)
-    swapped = rows[[1, 0, 2, 3]]
-    q, q_swapped = (agent.q_values(np.append(r.ravel(), 0.5)).reshape(-1) for r in (rows, swapped))
-    per_move, per_move_swapped = q[:-1].reshape(moves, n), q_swapped[:-1].reshape(moves, n)
-    np.testing.assert_allclose(per_move_swapped, per_move[:, [1, 0, 2, 3]], rtol=1e-5)
-    assert q[-1] == pytest.approx(q_swapped[-1])  # the global action sees the rows as a set
-    with pytest.raises(ValueError, match="entity layout"):
-        DQNAgent(5, 3, DQNConfig(entities=4, entity_dim=3))
-    task = nk_landscape(n=6, seed=0)
-    trained = run(GADQNTuner(task, pop_size=8, q_network="per_knob", seed=0), task, 60)
-    path = str(tmp_path / "per_knob.pt")
-    trained.save(path)
-    other = SyntheticTask((5, 6, 7), lambda k: 1.0 + sum(k))
-    moved = run(GADQNTuner(other, pop_size=6, mode="continue", checkpoint=path, seed=0), other, 30)
-    assert moved.per_knob and all(row["mutated_knob"] is None or row["mutated_knob"] < 3 for row in moved.monitor)
-    with pytest.raises(ValueError, match="q_network"):
-        GADQNTuner(task, q_network="deep")
 
 
 def test_one_and_two_knob_tasks():
@@ -210,22 +185,6 @@ def test_resume_breeds_from_loaded_records(make):
     run(second, task, 20)
     assert second.generation >= 1  # bred from the loaded records, not a new random population
     assert not {h["index"] for h in second.history} & {h["index"] for h in first.history}
-
-
-def test_stall_state_option():
-    """The stall counts generations since the best improved and resets when it does; with
-    ``stall_state`` the mutation agent's state ends with the better parent's fitness and the
-    stall (saturating at 1), without it the state is the genes alone."""
-    flat = SyntheticTask((6, 6, 6), lambda k: 1.0 + (k == [5, 5, 5]))  # one config better, the rest equal
-    tuner = run(GADQNTuner(flat, pop_size=6, seed=0, stall_state=True, immigrants=0), flat, 60)
-    stalls = [row["stalled_generations"] for row in tuner.monitor]
-    assert max(stalls) >= 2 and all(b in (a, a + 1, 0) for a, b in zip(stalls, stalls[1:]))
-    state = tuner.mutation_state([0, 0, 0], 0.5, 10)
-    assert state.shape == (tuner.max_knobs + tuner.n_level_features + 2,) and list(state[-2:]) == [0.5, 1.0]
-    plain = GADQNTuner(flat, pop_size=6, seed=0)
-    width = plain.max_knobs + plain.n_level_features  # the genes, then every split's levels
-    assert plain.mutation_agent.state_dim == width == len(plain.mutation_state([0, 0, 0], 0.5, 10))
-    assert GADQNTuner(flat, pop_size=6, seed=0, mutation="mixed").mutation_agent.state_dim == plain.max_knobs
 
 
 @pytest.mark.parametrize("tuner_class", [GATuner, GADQNTuner])
@@ -303,50 +262,16 @@ def _screened_slots(tuner: GADQNTuner, task, trials: int) -> list[tuple[int, lis
     return slots
 
 
-def _distinct_knobs_per_slot(spread: float, seed: int) -> float:
-    """Mean number of distinct mutated knobs among the screen's candidates of a slot."""
-    task = nk_landscape(seed=seed)
-    tuner = GADQNTuner(task, spread=spread, seed=seed)
-    counts = [len({tuner.decode_mutation(info["mutation"][1])[0] for _, info in children})
-              for trials, children in _screened_slots(tuner, task, 200)
-              if trials >= 100]  # epsilon has decayed: the agent exploits
-    return float(np.mean(counts))
-
-
-def test_spread_keeps_the_screened_candidates_diverse():
-    """Greedy on every candidate, the screen's 16 children of a slot mutate two or three knobs
-    (similar parents, similar states): the model has little to choose from. With ``spread`` they
-    cover the agent's ranking instead (measured: 2.5 distinct knobs of 10 against 8.3 for
-    uniform choices, NK landscapes)."""
-    assert all(_distinct_knobs_per_slot(1.0, s) > 2 * _distinct_knobs_per_slot(0.0, s) for s in range(2))
-    task = one_knob_dominates()
-    for bad in (1.5, -0.1, "all", None):
-        with pytest.raises(ValueError, match="spread"):
-            GADQNTuner(task, spread=bad)
-
-
-@pytest.mark.parametrize("policy", ["dqn", "random"])
-def test_move_candidates_share_one_child_and_differ_in_their_move(policy):
-    """``candidates="moves"``: a slot's candidates are one crossover child with distinct
-    mutation actions, the agent's best first (or distinct uniform ones for the ablation)."""
+def test_a_slots_candidates_take_the_top_of_the_agents_ranking():
+    """Greedy on every candidate, a slot's 16 children (similar parents, similar states) would
+    mostly take one move and leave the screen nothing to choose from: without exploration,
+    candidate i takes its i-th best valid move, so a slot's moves are the top of the ranking."""
     task = nk_landscape(seed=0)
-    tuner = GADQNTuner(task, candidates="moves", action_policy=policy, seed=0)
-    slots = [children for _, children in _screened_slots(tuner, task, 120)]
-    assert slots and all(len(slot) == tuner.screen for slot in slots)
-    for slot in slots:
-        infos = [info for _, info in slot]
-        assert len({(tuple(i["crossover"][0]), i["crossover"][1]) for i in infos}) == 1  # one parent pair, one cut
-        actions = [i["mutation"][1] for i in infos]
-        assert len(set(actions)) == len(actions)
-    if policy == "dqn":  # without exploration, the candidates are the agent's top moves in order
-        tuner.mutation_agent.training = False
-        children = tuner.breed_batch(tuner.parents, tuner.parent_probs, set(), tuner.screen)
-        _, _, mask = children[0][1]["mutation"]
-        q = np.where(mask, children[0][1]["mutation_q"], -np.inf)
-        chosen = q[[info["mutation"][1] for _, info in children]]
-        np.testing.assert_allclose(chosen, np.sort(q)[::-1][: tuner.screen], rtol=0, atol=1e-8)
-    with pytest.raises(ValueError, match="candidates"):
-        GADQNTuner(task, candidates="pairs")
+    tuner = run(GADQNTuner(task, seed=0), task, 80)
+    tuner.mutation_agent.training = False
+    children = tuner.breed_batch(tuner.parents, tuner.parent_probs, set(), tuner.screen)
+    actions = [info["mutation"][1] for _, info in children]
+    assert len(set(actions)) >= tuner.screen // 2, actions
 
 
 def test_the_command_line_passes_every_gadqn_option():
@@ -358,30 +283,7 @@ def test_the_command_line_passes_every_gadqn_option():
 
     keywords = set(inspect.signature(GADQNTuner.__init__).parameters) - {"self", "task", "seed"}
     assert keywords <= TUNER_OPTIONS["ga-dqn"], keywords - TUNER_OPTIONS["ga-dqn"]
-    assert make_tuner("ga-dqn", one_knob_dominates(), seed=0, spread=0.5).spread == 0.5
-
-
-@pytest.mark.parametrize("tuner_class", [GATuner, GADQNTuner])
-def test_restart_brings_random_newcomers_after_a_stall(tuner_class):
-    """With ``restart_after=2`` every third stalled generation is filled with unvisited random
-    configs (not bred: GA-DQN stores no transition for them); the budget stays exact and no
-    config is measured twice. Without it no generation restarts."""
-    flat = SyntheticTask((6, 6, 6, 6), lambda k: 1.0 + (k == [5, 5, 5, 5]))  # nothing to climb
-    tuner = run(tuner_class(flat, pop_size=6, screen=4, restart_after=2, seed=0), flat, 120)
-    assert len(tuner.history) == 120 and len({h["index"] for h in tuner.history}) == 120
-    assert len(tuner.restart_generations) >= 2
-    assert all(b - a >= 3 for a, b in zip(tuner.restart_generations, tuner.restart_generations[1:]))
-    if tuner_class is GADQNTuner:  # a row per bred child: 3 newcomers per full restart generation are not
-        assert len(tuner.monitor) <= 120 - 6 - 3 * (len(tuner.restart_generations) - 1)
-    plain = run(tuner_class(flat, pop_size=6, screen=4, seed=0), flat, 120)
-    assert plain.restart_generations == []
-
-
-def test_bad_restart_after_is_refused():
-    task = one_knob_dominates()
-    for value in (0, 1.5, "2", True):
-        with pytest.raises(ValueError, match="restart_after"):
-            GADQNTuner(task, restart_after=value)
+    assert make_tuner("ga-dqn", one_knob_dominates(), seed=0, pop_size=12).pop_size == 12
 
 
 def _mean_objective(task, indices):
@@ -395,7 +297,8 @@ def test_immigrants_are_the_models_picks_of_random_configs(tuner_class):
     model's favourite of many random configs: not bred (GA-DQN stores no transition for them),
     far better than plain random configs on a smooth objective, budget exact, no repeats."""
     smooth = SyntheticTask((8, 8, 8, 8), lambda k: 1.0 + sum(k))
-    tuner = run(tuner_class(smooth, pop_size=8, elite_num=2, screen=4, immigrants=2, seed=0), smooth, 96)
+    options = {"immigrants": 2} if tuner_class is GATuner else {}  # GA-DQN's default
+    tuner = run(tuner_class(smooth, pop_size=8, elite_num=2, screen=4, seed=0, **options), smooth, 96)
     assert len(tuner.history) == 96 and len({h["index"] for h in tuner.history}) == 96
     generations_after_first = (96 - 8 + 5) // 6  # 6 new members per generation, the last one partial
     assert len(tuner.immigrant_indices) == 2 * generations_after_first
@@ -403,114 +306,53 @@ def test_immigrants_are_the_models_picks_of_random_configs(tuner_class):
     assert _mean_objective(smooth, tuner.immigrant_indices) > _mean_objective(smooth, first_generation) + 5
     if tuner_class is GADQNTuner:
         assert len(tuner.monitor) == 96 - 8 - len(tuner.immigrant_indices)
-    assert run(tuner_class(smooth, pop_size=8, screen=4, immigrants=0, seed=0), smooth, 96).immigrant_indices == []
+    if tuner_class is GATuner:
+        assert run(GATuner(smooth, pop_size=8, screen=4, seed=0), smooth, 96).immigrant_indices == []
 
 
 def test_bad_immigrants_are_refused():
     task = one_knob_dominates()
-    for options in ({"immigrants": -1}, {"immigrants": 1.5}, {"immigrants": True}, {"immigrant_pool": 0},
+    for options in ({"immigrants": -1}, {"immigrants": 1.5}, {"immigrants": True},
                     {"pop_size": 8, "elite_num": 3, "immigrants": 5}, {"screen": 1, "immigrants": 2}):
         with pytest.raises(ValueError, match="immigrant"):
-            GADQNTuner(task, **options)
+            GATuner(task, **options)
 
 
-@pytest.mark.parametrize("tuner_class", [GATuner, GADQNTuner])
-def test_generation_screen_measures_the_top_of_one_ranked_pool(tuner_class):
-    """``screen_scope="generation"`` breeds ``screen`` children per bred slot in one pool at the
-    start of a generation and measures them best first by the model: one pool per generation,
-    predictions non-increasing within it, budget exact, no repeats."""
+def test_the_screen_model_steers_breeding_to_better_configs():
+    """The screen model steers breeding on a smooth objective: the last children measured beat
+    the random first generation, within the exact budget and without repeats."""
     smooth = SyntheticTask((8, 8, 8, 8), lambda k: 1.0 + sum(k))
-    pools, picks = [], []
-
-    class Spy(tuner_class):
-        def breed_batch(self, parents, probs, taken, count):
-            pools.append((self.generation, count))
-            return super().breed_batch(parents, probs, taken, count)
-
-        def _generation_pick(self, taken):
-            member = super()._generation_pick(taken)
-            picks.append((self.generation, float(self._predicted([member])[0])))
-            return member
-
-    tuner = run(Spy(smooth, pop_size=8, elite_num=2, screen=4, immigrants=0, screen_scope="generation", seed=0),
-                smooth, 96)
-    assert len(tuner.history) == 96 and len({h["index"] for h in tuner.history}) == 96
-    generations = sorted({g for g, _ in picks})
-    assert [g for g, _ in pools] == generations and all(count == 4 * 6 for _, count in pools)
-    for generation in generations:
-        predicted = [p for g, p in picks if g == generation]
-        assert predicted == sorted(predicted, reverse=True)
-    first = [h["index"] for h in tuner.history[:8]]
-    later = [h["index"] for h in tuner.history[-24:]]
-    assert _mean_objective(smooth, later) > _mean_objective(smooth, first) + 5
-
-
-def test_unknown_screen_scope_is_refused():
-    with pytest.raises(ValueError, match="screen_scope 'batch'; allowed: slot, generation"):
-        GADQNTuner(one_knob_dominates(), screen_scope="batch")
-
-
-def test_unknown_screen_model_is_refused():
-    with pytest.raises(ValueError, match="screen_model 'svm'; allowed: rank, reg"):
-        GADQNTuner(one_knob_dominates(), screen_model="svm")
-    with pytest.raises(ValueError, match="screen_model 'svm'; allowed: rank, reg"):
-        GATuner(one_knob_dominates(), screen_model="svm")
-
-
-@pytest.mark.parametrize("screen_model", ["reg", "rank"])
-def test_both_screen_models_steer_breeding_to_better_configs(screen_model):
-    """Either screen model steers breeding on a smooth objective: the last children measured
-    beat the random first generation, within the exact budget and without repeats."""
-    smooth = SyntheticTask((8, 8, 8, 8), lambda k: 1.0 + sum(k))
-    tuner = run(GADQNTuner(smooth, pop_size=8, elite_num=2, screen=4, immigrants=0, screen_model=screen_model, seed=1),
-                smooth, 64)
+    tuner = run(GATuner(smooth, pop_size=8, elite_num=2, screen=4, seed=1), smooth, 64)
     assert len(tuner.history) == 64 and len({h["index"] for h in tuner.history}) == 64
     first = [h["index"] for h in tuner.history[:8]]
     later = [h["index"] for h in tuner.history[-24:]]
     assert _mean_objective(smooth, later) > _mean_objective(smooth, first) + 5
 
 
-@pytest.mark.parametrize("q_network", ["flat", "per_knob"])
-def test_directed_mutation_learns_which_way_to_move_a_tile(tmp_path, q_network):
+def test_directed_mutation_learns_which_way_to_move_a_tile(tmp_path):
     task = inner_tiles()
     into_last = [i for i, d in enumerate(DIRECTIONS) if isinstance(d, tuple) and d[1] == 3]
     rng = np.random.default_rng(0)
     probes = [task.config_space.point2knob(i) for i in task.config_space.sample_ints(40, rng)]
     shares = []
     for seed in range(5):
-        tuner = run(GADQNTuner(task, pop_size=16, mutation="directed", screen=1, q_network=q_network, seed=seed),
+        tuner = run(GADQNTuner(task, pop_size=16, mutation="directed", screen=1, seed=seed),
                     task, 200)
         moves = [tuner.decode_mutation(tuner.greedy_mutation_action(k))[1] for k in probes]
-        valid = [tuner.mutation_mask(knob=k)[: len(DIRECTIONS) * tuner.max_knobs].reshape(len(DIRECTIONS), -1)
-                 for k in probes]
+        valid = [m[: len(DIRECTIONS) * tuner.max_knobs].reshape(len(DIRECTIONS), -1)
+                 for m in tuner.mutation_masks([False] * len(probes), probes)]
         chance = np.mean([v[into_last].sum() / max(v.sum(), 1) for v in valid])  # uniform choice's share
         shares.append((np.mean([m in into_last for m in moves]), chance))
-    # measured: 0.68, 0.95, 0.15, 0.62, 0.75 of the probes against 0.25 by chance (seeds 0-4), "flat";
-    # 0.98, 0.92, 0.60, 0.80, 1.00 "per_knob"
+    # measured: 0.68, 0.95, 0.15, 0.62, 0.75 of the probes against 0.25 by chance (seeds 0-4)
     assert np.median([share / chance for share, chance in shares]) >= 2, shares
     # a saved directed agent loads with its action layout and gives the same Q values
     path = str(tmp_path / "directed.pt")
     tuner.save(path)
     loaded = GADQNTuner(task, pop_size=16, mode="greedy", checkpoint=path, seed=0)
-    assert loaded.directed and loaded.moves == tuner.moves and loaded.per_knob == (q_network == "per_knob")
-    states = np.stack([tuner.mutation_state(k, 1.0, 0) for k in probes])
+    assert loaded.directed and loaded.moves == tuner.moves
+    states = tuner.mutation_states(probes)
     np.testing.assert_array_equal(loaded.mutation_agent.q_values(states), tuner.mutation_agent.q_values(states))
-    assert [loaded.mutation_mask(knob=k).tolist() for k in probes] == [tuner.mutation_mask(knob=k).tolist()
-                                                                       for k in probes]
+    masks = [False] * len(probes)
+    np.testing.assert_array_equal(loaded.mutation_masks(masks, probes), tuner.mutation_masks(masks, probes))
 
 
-def test_agent_weight_gives_the_mutation_agent_a_say_in_the_screens_pick():
-    """``agent_weight`` 0: the screen model alone picks among a slot's candidates; a weight far
-    above their count: the candidate whose move the agent values most."""
-    task = one_knob_dominates()
-    tuner = GADQNTuner(task, pop_size=10, agent_weight=1000.0, seed=0)
-    run(tuner, task, 60)
-    candidates = tuner._bred_candidates(set(tuner.visited), 16)
-    q = [m.info["mutation_q"][m.info["mutation"][1]] for m in candidates]
-    pick = tuner._model_pick(candidates)
-    assert pick.info["mutation_q"][pick.info["mutation"][1]] == max(q)
-    tuner.agent_weight = 0.0
-    predicted = tuner._predicted(candidates)
-    assert predicted[candidates.index(tuner._model_pick(candidates))] == predicted.max()
-    with pytest.raises(ValueError, match="agent_weight must be a number >= 0"):
-        GADQNTuner(task, agent_weight=-1.0)

@@ -17,6 +17,8 @@ from functools import partial
 from typing import Any, Callable, Iterable
 
 import numpy as np
+import scipy.stats
+import tabulate
 import tvm
 
 import autotvm
@@ -305,26 +307,28 @@ def geomean_ratio(rows: list[dict], tuner: str, baseline: str) -> float | None:
 
 def geomean_ratio_interval(runs: Iterable[dict], tuner: str, baseline: str, level: float = 0.9,
                            resamples: int = 2000, seed: int = 0) -> tuple[float, float] | None:
-    """Bootstrap interval of ``geomean_ratio`` over seeds: each (op, tuner)'s seeds are redrawn
-    with replacement, the medians and their geometric-mean ratio recomputed, and the central
-    ``level`` of the ratios kept. With three to eight seeds a median moves a lot between runs;
-    the interval says how far a ratio could move with other seeds."""
+    """Percentile-bootstrap interval of ``geomean_ratio`` over seeds (``scipy.stats.bootstrap``):
+    each (op, tuner)'s seeds are redrawn with replacement, independently, and the ratio of the
+    medians recomputed. With three to eight seeds a median moves a lot between runs; the
+    interval says how far a ratio could move with other seeds."""
     best: dict[tuple, list[float]] = {}
     for run in runs:
         best.setdefault((run["op"], run["tuner"]), []).append(run["best_gflops"])
     ops = [op for op, t in best if t == tuner and (op, baseline) in best]
     if not ops:
         return None
-    rng = np.random.default_rng(seed)
+    samples = [np.log(np.maximum(best[(op, who)], 1e-12)) for op in ops for who in (tuner, baseline)]
 
-    def resampled_log_medians(values: list[float]) -> np.ndarray:
-        values = np.log(np.maximum(values, 1e-12))
-        return np.median(rng.choice(values, size=(resamples, len(values))), axis=1)
+    def mean_log_ratio(*groups: np.ndarray, axis: int = -1) -> np.ndarray:
+        medians = [np.median(g, axis=axis) for g in groups]
+        return np.mean([medians[i] - medians[i + 1] for i in range(0, len(medians), 2)], axis=0)
 
-    log_ratios = np.mean([resampled_log_medians(best[(op, tuner)]) - resampled_log_medians(best[(op, baseline)])
-                          for op in ops], axis=0)
-    tail = 50 * (1 - level)
-    low, high = np.exp(np.percentile(log_ratios, [tail, 100 - tail]))
+    if all(np.ptp(sample) == 0 for sample in samples):  # every seed agrees: the interval is a point
+        point = float(np.exp(mean_log_ratio(*samples)))
+        return point, point
+    result = scipy.stats.bootstrap(samples, mean_log_ratio, n_resamples=resamples, confidence_level=level,
+                                   method="percentile", paired=False, vectorized=True, rng=np.random.default_rng(seed))
+    low, high = np.exp([result.confidence_interval.low, result.confidence_interval.high])
     return float(low), float(high)
 
 
@@ -342,15 +346,11 @@ def ratio_lines(rows: list[dict], runs: list[dict], pairs: Iterable[tuple[str, s
 
 
 def format_table(rows: list[dict]) -> str:
-    """The summary rows as an aligned text table (columns as wide as the longest op and tuner name)."""
-    op_w = max([8] + [len(r["op"]) for r in rows])
-    tuner_w = max([16] + [len(r["tuner"]) for r in rows])
-    head = (f"{'op':{op_w}} {'tuner':{tuner_w}} {'seeds':>5} {'best GFLOPS':>12} {'trials->90%':>12} {'overhead':>9} "
-            f"{'wall s':>8}")
-    lines = [head, "-" * len(head)]
-    for r in rows:
-        t90 = "-" if r["median_trials_to_90"] is None else f"{r['median_trials_to_90']:.0f}"
-        ovh = "-" if r["median_overhead"] is None else f"{100 * r['median_overhead']:.2f}%"
-        lines.append(f"{r['op']:{op_w}} {r['tuner']:{tuner_w}} {r['seeds']:5d} {r['median_best_gflops']:12.2f} "
-                     f"{t90:>12} {ovh:>9} {r['median_wall_seconds']:8.1f}")
-    return "\n".join(lines)
+    """The summary rows as an aligned text table."""
+    table = [[r["op"], r["tuner"], r["seeds"], r["median_best_gflops"],
+              "-" if r["median_trials_to_90"] is None else f"{r['median_trials_to_90']:.0f}",
+              "-" if r["median_overhead"] is None else f"{100 * r['median_overhead']:.2f}%",
+              r["median_wall_seconds"]] for r in rows]
+    return tabulate.tabulate(table, headers=["op", "tuner", "seeds", "best GFLOPS", "trials->90%", "overhead",
+                                             "wall s"], floatfmt=".2f", colalign=("left", "left", "right", "right",
+                                                                                  "right", "right", "right"))

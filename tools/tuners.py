@@ -25,14 +25,12 @@ TUNERS = {
 # for the ablation the agents' options (it has no agents, and its action policy is fixed)
 NOT_FROM_CONFIG = {
     "random": {"range_idx"}, "gridsearch": {"range_idx"}, "xgb": {"num_threads"},
-    "ga-dqn-random": {"action_policy", "mode", "checkpoint", "dqn", "stall_state", "spread", "agent_weight",
-                      "q_network"},
+    "ga-dqn-random": {"action_policy", "mode", "checkpoint", "dqn", "max_knobs"},
 }
 
 
 # options each tuner accepts from a config (besides seed), read from its signature so that a new
-# keyword reaches the tuner without a second list to keep in step (one such list once dropped
-# GA-DQN's ``spread``)
+# keyword reaches the tuner without a second list to keep in step
 _PARAMETERS = {name: inspect.signature(factory).parameters for name, factory in TUNERS.items()}
 TUNER_OPTIONS = {name: set(params) - {"task", "seed"} - NOT_FROM_CONFIG.get(name, set())
                  for name, params in _PARAMETERS.items()}

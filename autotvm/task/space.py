@@ -112,7 +112,6 @@ class Knob:
         if not self.entities:
             raise InstantiationError(f"knob {self.name!r} has no candidate")
         self._lookup = {_hashable(e.to_json()): i for i, e in enumerate(self.entities)}
-        self._neighbours: dict[int, list[int]] = {}
         self._directions: dict[int, tuple[list[list[int]], np.ndarray]] = {}  # value -> (steps, valid)
 
     def __len__(self) -> int:
@@ -122,43 +121,22 @@ class Knob:
     def kind(self) -> str:
         return _KIND_CODE[type(self.entities[0])]
 
-    def neighbours(self, value: int) -> list[int]:
-        """Values one small step from ``value``: for a split, one prime factor moved between two
-        levels (MetaSchedule's tile-size mutation); for numeric options, the adjacent ones in
-        value order; otherwise every other value. Falls back to every other value if none."""
-        if value not in self._neighbours:
-            others = [v for v in range(len(self.entities)) if v != value]
-            self._neighbours[value] = self._small_steps(value) or others
-        return self._neighbours[value]
-
-    def _small_steps(self, value: int) -> list[int]:
-        entity = self.entities[value]
-        if isinstance(entity, SplitEntity):
-            steps = set()
-            for a, fa in enumerate(entity.size):
-                for p in _prime_factors(fa):
-                    for b in range(len(entity.size)):
-                        if b != a:
-                            size = list(entity.size)
-                            size[a], size[b] = size[a] // p, size[b] * p
-                            step = self._lookup.get(_hashable(SplitEntity(tuple(size)).to_json()))
-                            if step is not None:
-                                steps.add(step)
-            return sorted(steps)
+    def _adjacent_values(self, value: int) -> list[int]:
+        """The values next to ``value`` in value order, for numeric options (none otherwise)."""
         vals = [e.val if isinstance(e, OtherOptionEntity) else None for e in self.entities]
-        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
-            order = sorted(range(len(vals)), key=lambda i: vals[i])
-            at = order.index(value)
-            return sorted(order[j] for j in (at - 1, at + 1) if 0 <= j < len(order))
-        return []
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
+            return []
+        order = sorted(range(len(vals)), key=lambda i: vals[i])
+        at = order.index(value)
+        return sorted(order[j] for j in (at - 1, at + 1) if 0 <= j < len(order))
 
     def direction_steps(self, value: int, direction: int) -> list[int]:
         """The values one step from ``value`` in a named direction (``DIRECTIONS[direction]``):
         for a split, ``(a, b)`` moves one prime factor from level ``a`` to level ``b`` (one value
         per prime of level a's factor); for numeric options, "down" and "up" are the adjacent
         values in value order. Empty where the direction does not apply (level a is 1, level b
-        does not exist, the result is not a candidate). Unlike ``neighbours``, a direction means
-        the same on every task, so an agent can learn which way to move a tile."""
+        does not exist, the result is not a candidate). A direction means the same on every task,
+        so an agent can learn which way to move a tile."""
         return self._direction_table(value)[0][direction]
 
     def valid_directions(self, value: int) -> np.ndarray:
@@ -186,8 +164,7 @@ class Knob:
                     steps.append(step)
             return steps
         if direction in ("down", "up") and not isinstance(entity, SplitEntity):
-            adjacent = self._small_steps(value)  # the adjacent values in value order; none unless numeric
-            return [v for v in adjacent if (self.entities[v].val < entity.val) == (direction == "down")]
+            return [v for v in self._adjacent_values(value) if (self.entities[v].val < entity.val) == (direction == "down")]
         return []
 
     def index_of_json(self, value: Any) -> int:
@@ -437,35 +414,6 @@ class ConfigSpace:
                 self._feature_tables.append(np.array([r + [0.0] * (width - len(r)) for r in rows], dtype=np.float32))
         knobs = np.asarray(knobs, dtype=np.int64).reshape(-1, len(self.knobs))
         return np.concatenate([table[knobs[:, i]] for i, table in enumerate(self._feature_tables)], axis=1)
-
-    def tile_feature_matrix(self, knobs: np.ndarray) -> np.ndarray:
-        """``feature_matrix`` plus the sizes of the tiles that splits make, for a tree model.
-
-        A split knob's features are its factors' log2; what decides speed is mostly the size of
-        the tile inside each level (the product of the inner factors: what must fit a register
-        file or a cache), which a tree would need many cuts to rebuild from a sum. So each split
-        knob adds the log2 of its tile under every level but the outermost, and two columns sum
-        the innermost and the two innermost levels over all splits (the register tile's volume).
-        Within a screened slot this ranked the measured candidates better (benchmarks/README.md)."""
-        if not hasattr(self, "_tile_tables"):
-            self._tile_tables = []
-            for kn in self.knobs:
-                if kn.kind == "sp":
-                    logs = np.array([[math.log2(f) for f in e.size] for e in kn.entities], dtype=np.float32)
-                    inner = np.cumsum(logs[:, ::-1], axis=1)[:, ::-1]  # log2 of the tile under each level
-                    self._tile_tables.append((inner[:, 1:], inner[:, -1], inner[:, -2] if logs.shape[1] > 1 else inner[:, -1]))
-                else:
-                    self._tile_tables.append(None)
-        knobs = np.asarray(knobs, dtype=np.int64).reshape(-1, len(self.knobs))
-        columns, innermost, two_innermost = [self.feature_matrix(knobs)], np.zeros(len(knobs)), np.zeros(len(knobs))
-        for i, tables in enumerate(self._tile_tables):
-            if tables is not None:
-                tiles, last, last_two = tables
-                columns.append(tiles[knobs[:, i]])
-                innermost += last[knobs[:, i]]
-                two_innermost += last_two[knobs[:, i]]
-        columns.append(np.stack([innermost, two_innermost], axis=1).astype(np.float32))
-        return np.concatenate(columns, axis=1)
 
     def from_json_dict(self, json_dict: dict) -> "ConfigEntity":
         """Rebuild a config from ``ConfigEntity.to_json_dict``; the entities must match this space."""

@@ -14,34 +14,13 @@ start of each generation, ``k`` distinct children are bred for each slot, and on
 model ranks highest is measured. Measurements are the expensive part (about a second each, a
 build and a run), so breeding and ranking k candidates is cheap by comparison.
 
-``restart_after=s`` brings in fresh blood when the search is stuck: after ``s`` generations
-without a new best, one generation's bred slots are filled with unvisited random configs instead
-(each the model's pick of ``k`` random candidates when screening), then breeding resumes from the
-elites and the newcomers. With a population of 16 and 200 trials a GA has about 12 generations,
-and a population that converged early on a local optimum stays there for the rest of them (C1
-seed 0 in benchmarks/README.md: 26 GFLOPS from trial 20 to 200). Measured, restarts did not
-pay (NK landscapes and two real ops, benchmarks/README.md), so they are off by default.
-
 ``immigrants=m`` keeps a global search going beside the breeding: in every generation after the
-first, ``m`` slots go to the screen model's favourite among ``immigrant_pool`` unvisited random
+first, ``m`` slots go to the screen model's favourite among ``IMMIGRANT_POOL`` (512) unvisited random
 configs (so it needs ``screen > 1``). Breeding only searches near the parents, and a
 population of 16 screened by a model that favours children near the best converges within a few
-generations; when that basin is poor the run stays there (R3x3 seeds 2 and 4 in
-benchmarks/README.md), while the XGB tuner, whose model searches the whole space, does not.
+generations; when that basin is poor the run would stay there, while the XGB tuner, whose model
+searches the whole space, does not.
 
-``screen_scope="generation"`` ranks one pool per generation instead of one per slot: at the
-first bred slot of a generation, ``screen`` children for every slot left are bred together and
-measured best first by the model, as MetaSchedule measures the top of a model-ranked population.
-It is greedier (the top of the whole pool, not the best of each slot's 16) and cheaper (one
-forward pass and one prediction a generation). Measured, it was no better than per-slot
-screening on the real ops and stalled more (benchmarks/README.md), so "slot" is the default.
-
-``screen_model`` is the model that screens: "rank" (the default) is AutoTVM's pairwise-rank
-model on the knob features; "reg" regresses the measured FLOP/s on the knob features and the
-tile sizes (``ConfigSpace.tile_feature_matrix``). Refit on real runs' measurements, "reg" ranked
-a slot's measured candidates much better (within-slot Spearman 0.62-0.66 against 0.29-0.40, its
-pick 83-93% of the slot's best against 65-82%), yet the best found in 200 trials was no higher
-(0.959 of "rank" for GA-DQN on three fresh seeds; benchmarks/README.md), so it is an option.
 """
 
 from __future__ import annotations
@@ -55,8 +34,7 @@ from ..measure.measure import MeasureInput, MeasureResult
 from .cost_model import XGBCostModel
 from .tuner import Tuner
 
-SCREEN_SCOPES = ("slot", "generation")
-SCREEN_MODELS = ("rank", "reg")
+IMMIGRANT_POOL = 512  # random unvisited configs the screen model picks an immigrant from
 
 
 def _check_count(name: str, value: Any, low: int, meaning: str = "") -> None:
@@ -78,34 +56,23 @@ class PopulationTuner(Tuner):
     visited or already proposed) and may override ``breed_batch``, ``repair``, ``on_measured``
     and ``on_generation``."""
 
-    def __init__(self, task: Any, pop_size: int = 100, elite_num: int = 3, screen: int = 1,
-                 restart_after: int | None = None, immigrants: int = 0, immigrant_pool: int = 512,
-                 screen_scope: str = "slot", screen_model: str = "rank", seed: int | None = None) -> None:
+    def __init__(self, task: Any, pop_size: int = 100, elite_num: int = 3, screen: int = 1, immigrants: int = 0,
+                 seed: int | None = None) -> None:
         super().__init__(task, seed=seed)
-        if screen_scope not in SCREEN_SCOPES:
-            raise ValueError(f"unknown screen_scope {screen_scope!r}; allowed: {', '.join(SCREEN_SCOPES)}")
-        if screen_model not in SCREEN_MODELS:
-            raise ValueError(f"unknown screen_model {screen_model!r}; allowed: {', '.join(SCREEN_MODELS)}")
-        if pop_size < 2:
-            raise ValueError(f"pop_size must be >= 2, got {pop_size}")
-        if not 0 <= elite_num < pop_size:
+        _check_count("pop_size", pop_size, 2)
+        _check_count("elite_num", elite_num, 0)
+        if elite_num >= pop_size:
             raise ValueError(f"elite_num must be in [0, pop_size), got {elite_num}")
-        if not isinstance(screen, (int, np.integer)) or screen < 1:
-            raise ValueError(f"screen must be an integer >= 1 (1: no model screening), got {screen!r}")
-        if restart_after is not None:
-            _check_count("restart_after", restart_after, 1, " (generations without a new best) or None")
+        _check_count("screen", screen, 1, " (1: no model screening)")
         _check_count("immigrants", immigrants, 0)
-        _check_count("immigrant_pool", immigrant_pool, 1)
         if immigrants and screen == 1:
             raise ValueError(f"immigrants are the screen model's picks: they need screen > 1, got immigrants={immigrants} "
                              f"with screen=1")
         if immigrants > pop_size - elite_num - 1:
             raise ValueError(f"immigrants must leave at least one bred slot: at most pop_size - elite_num - 1 = "
                              f"{pop_size - elite_num - 1}, got {immigrants}")
-        self.pop_size, self.elite_num, self.screen = pop_size, elite_num, int(screen)
-        self.restart_after = restart_after
-        self.immigrants, self.immigrant_pool = int(immigrants), int(immigrant_pool)
-        self.screen_scope, self.screen_model_kind = screen_scope, screen_model
+        self.pop_size, self.elite_num, self.screen = int(pop_size), int(elite_num), int(screen)
+        self.immigrants = int(immigrants)
         self.dims = self.space.dims
         self._reset_population()
 
@@ -119,10 +86,8 @@ class PopulationTuner(Tuner):
         self.scores: dict[int, float] = {}
         self.screen_model: XGBCostModel | None = None
         self.stalled_generations, self._best_at_generation = 0, 0.0
-        self.restart_generations: list[int] = []  # the generations that brought newcomers
         self.immigrants_left = 0  # model-picked random slots still to fill in this generation
         self.immigrant_indices: list[int] = []  # every config proposed as an immigrant
-        self.ranked_children: list[Member] = []  # screen_scope="generation": this generation's, best last
 
     def reset(self) -> None:
         super().reset()
@@ -158,26 +123,16 @@ class PopulationTuner(Tuner):
         self.to_breed = self.pop_size - len(elites)
         self.immigrants_left = min(self.immigrants, self.to_breed - 1)
         self.generation += 1
-        self.ranked_children = []
         self._track_stall()
         if self.screen > 1:
             self._fit_screen_model()
         self.on_generation()
 
     def _track_stall(self) -> None:
-        """Count generations since the best improved; decide whether this one brings newcomers
-        (every ``restart_after + 1``-th stalled generation, so bred generations follow each)."""
+        """Count generations since the best improved."""
         improved = self.best_flops > self._best_at_generation
         self.stalled_generations = 0 if improved else self.stalled_generations + 1
         self._best_at_generation = self.best_flops  # never decreases
-        after = self.restart_after
-        if after is not None and self.stalled_generations % (after + 1) == after:
-            self.restart_generations.append(self.generation)
-
-    @property
-    def immigrating(self) -> bool:
-        """Whether this generation's bred slots are random newcomers."""
-        return bool(self.restart_generations) and self.restart_generations[-1] == self.generation
 
     def _fit_screen_model(self) -> None:
         """Refit the screen model on every measurement so far."""
@@ -185,7 +140,7 @@ class PopulationTuner(Tuner):
             return
         indices = list(self.scores)
         knobs = np.array([self.space.point2knob(i) for i in indices], dtype=np.int64)
-        model = XGBCostModel(self.screen_model_kind, seed=int(self.rng.integers(2**31)))
+        model = XGBCostModel("rank", seed=int(self.rng.integers(2**31)))
         model.fit(self._screen_features(knobs), np.array([self.scores[i] for i in indices]))
         if model.fitted:
             self.screen_model = model
@@ -214,15 +169,11 @@ class PopulationTuner(Tuner):
         if self.generation == 0 or len(self.parents) == 0 or self._unvisited_left(taken) <= self.pop_size:
             return self._random_member(taken)
         count = 1 if self.screen_model is None else self.screen
-        if self.immigrating:
-            return self._screened_random_member(taken, count)
         if self.immigrants_left > 0:
             self.immigrants_left -= 1
-            member = self._screened_random_member(taken, self.immigrant_pool)
+            member = self._screened_random_member(taken, IMMIGRANT_POOL)
             self.immigrant_indices.append(member.index)
             return member
-        if self.screen_scope == "generation" and self.screen_model is not None:
-            return self._generation_pick(taken)
         candidates = self._bred_candidates(taken, count)
         return self._model_pick(candidates) if candidates else self._random_member(taken)
 
@@ -235,18 +186,6 @@ class PopulationTuner(Tuner):
                 candidates[member.index] = member
         return list(candidates.values())
 
-    def _generation_pick(self, taken: set[int]) -> Member:
-        """The next of the generation's children in the model's order: at the first bred slot,
-        ``screen`` children per slot left are bred together and ranked once."""
-        while self.ranked_children and self.ranked_children[-1].index in taken:
-            self.ranked_children.pop()
-        if not self.ranked_children:
-            members = self._bred_candidates(taken, self.screen * self.to_breed)
-            if not members:
-                return self._random_member(taken)
-            self.ranked_children = [members[i] for i in np.argsort(self._predicted(members), kind="stable")]
-        return self.ranked_children.pop()
-
     def _model_pick(self, members: list[Member]) -> Member:
         """The member the screen model ranks highest (the only one, without a model)."""
         if len(members) == 1 or self.screen_model is None:
@@ -258,8 +197,8 @@ class PopulationTuner(Tuner):
         return self.screen_model.predict(self._screen_features(np.array([m.knob for m in members])))
 
     def _screen_features(self, knobs: np.ndarray) -> np.ndarray:
-        """The screen model's inputs: knob features, and the tile sizes for "reg"."""
-        return self.space.tile_feature_matrix(knobs) if self.screen_model_kind == "reg" else self.space.feature_matrix(knobs)
+        """The screen model's inputs: AutoTVM's knob features."""
+        return self.space.feature_matrix(knobs)
 
     def _screened_random_member(self, taken: set[int], count: int) -> Member:
         """A newcomer: the model's pick of up to ``count`` distinct unvisited random configs (one
