@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from .record import load_records, pick_best, workload_key
+from .record import StaleRecords, _freeze, _target_kind, best_by_workload, bind_record, load_records, workload_key
 
 _local = threading.local()
 
@@ -30,16 +30,34 @@ class DispatchContext:
 
 
 class ApplyHistoryBest:
-    """Keep the lowest-mean-cost record per (target kind, workload) of the given records."""
+    """The fastest record per (target kind, workload) of the given logs or records.
+
+    Records that do not fit their task's space (stale: written for an older knob space) are
+    skipped, and the fastest record that fits is used; each log with stale records gets one
+    warning, when the context exits or ``build_program`` has looked up all its tasks.
+    """
 
     def __init__(self, records: Any) -> None:
-        self.best = pick_best(load_records(records))
+        if not isinstance(records, (str, bytes)) and not hasattr(records, "__iter__") and \
+                not hasattr(records, "__fspath__"):
+            raise TypeError(f"apply_history_best takes a log path, a list of paths or (input, result) pairs, "
+                            f"got {records!r}")
+        self.best = best_by_workload(load_records(records))
+        self.stale = StaleRecords()
 
-    def query(self, task: Any) -> Any:
-        hit = self.best.get((task.target.kind.name, workload_key(task)))
-        if hit is None:
+    def query(self, target: Any, workload: Any = None) -> Any:
+        """The best config of ``query(task)``, bound to the task's space (``None`` if no record
+        fits), or, as AutoTVM's ``query(target, workload)``, the fastest record's config of that
+        workload (``(name, *args)``), unbound."""
+        if workload is None:
+            task = target
+            for inp, _ in self.best.get((task.target.kind.name, workload_key(task)), []):
+                cfg = bind_record(inp.config, task, self.stale)
+                if cfg is not None:
+                    return cfg
             return None
-        return hit[0].config.bind(task) if hasattr(hit[0].config, "bind") else hit[0].config
+        hits = self.best.get((_target_kind(target), _freeze(tuple(workload))), [])
+        return hits[0][0].config if hits else None
 
     def __enter__(self) -> "ApplyHistoryBest":
         DispatchContext.stack().append(self)
@@ -47,6 +65,7 @@ class ApplyHistoryBest:
 
     def __exit__(self, *exc: Any) -> None:
         DispatchContext.stack().remove(self)
+        self.stale.warn()
 
 
 def apply_history_best(records: Any) -> ApplyHistoryBest:
@@ -55,4 +74,10 @@ def apply_history_best(records: Any) -> ApplyHistoryBest:
     return ApplyHistoryBest(records)
 
 
-__all__ = ["ApplyHistoryBest", "DispatchContext", "apply_history_best"]
+def warn_stale_records() -> None:
+    """Warn now (once per log) about the stale records the active contexts have skipped so far."""
+    for ctx in DispatchContext.stack():
+        ctx.stale.warn()
+
+
+__all__ = ["ApplyHistoryBest", "DispatchContext", "apply_history_best", "warn_stale_records"]

@@ -1,9 +1,17 @@
-"""Tuning records in AutoTVM's JSON-lines layout: encode, decode, load, pick the best."""
+"""Tuning records in AutoTVM's JSON-lines layout: encode, decode, load, pick the best.
+
+Each record also carries ``"space"``, the digest of the knob space it was measured in
+(``ConfigSpace.digest``): a record of another space is recognised as stale, skipped with one
+warning per file, and never applied. Records without it (older logs, AutoTVM's) are used when
+their knob values bind to the task's space and are stale otherwise.
+"""
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
+import math
 import os
 from typing import Any, Iterable, Iterator
 
@@ -11,6 +19,7 @@ import tvm
 
 from .env import AutoTVMError
 from .measure.measure import MeasureInput, MeasureResult
+from .task.space import InstantiationError
 
 AUTOTVM_LOG_VERSION = 0.2
 FAILED_COST = 1e9
@@ -20,18 +29,57 @@ logger = logging.getLogger("autotvm")
 class RecordConfig:
     """A config as stored in a record: its index and entity list, not yet bound to a space."""
 
-    def __init__(self, json_dict: dict) -> None:
+    def __init__(self, json_dict: dict, space: str | None = None, source: str | None = None) -> None:
         self.index = int(json_dict["index"])
         self.code_hash = json_dict.get("code_hash")
         self.entity = json_dict["entity"]
         self.json_dict = json_dict
+        self.space = space  # the digest of the space the record was measured in (None: an older record)
+        self.source = source  # the log it was read from
 
     def to_json_dict(self) -> dict:
         return self.json_dict
 
     def bind(self, task: Any) -> Any:
-        """The ``ConfigEntity`` of ``task``'s space that this record names."""
+        """The ``ConfigEntity`` of ``task``'s space that this record names; ``InstantiationError``
+        (with the reason) when the record is stale for that space."""
+        if self.space is not None and self.space != task.config_space.digest:
+            raise InstantiationError("written for another knob space (the task's space changed since)")
         return task.config_space.from_json_dict(self.json_dict)
+
+    def __repr__(self) -> str:
+        return f"RecordConfig(index={self.index})"
+
+
+class StaleRecords:
+    """Counts records that do not fit their task's space, per log, and warns once per log."""
+
+    def __init__(self) -> None:
+        self.counts: collections.Counter = collections.Counter()
+        self.reasons: dict[str, str] = {}
+
+    def add(self, config: Any, reason: str) -> None:
+        source = getattr(config, "source", None) or "(records given in memory)"
+        self.counts[source] += 1
+        self.reasons.setdefault(source, reason)
+
+    def warn(self) -> None:
+        """One warning per log with stale records since the last call."""
+        for source, count in self.counts.items():
+            logger.warning("%s: skipped %d stale record%s (%s); tune again to replace them", source, count,
+                           "" if count == 1 else "s", self.reasons[source])
+        self.counts.clear()
+
+
+def bind_record(config: Any, task: Any, stale: StaleRecords) -> Any:
+    """``config`` bound to ``task``'s space, or ``None`` (counted in ``stale``) when it does not fit."""
+    if not hasattr(config, "bind"):
+        return config
+    try:
+        return config.bind(task)
+    except InstantiationError as err:
+        stale.add(config, str(err).split(";")[0])
+        return None
 
 
 class RecordTask:
@@ -56,7 +104,7 @@ def workload_key(task: Any) -> tuple:
     return (task.name, *_freeze(list(task.args)))
 
 
-def _row(target: Any, name: str, args: Any, config: dict, result: MeasureResult) -> str:
+def _row(target: Any, name: str, args: Any, config: dict, result: MeasureResult, space: str | None) -> str:
     costs = list(result.costs) if result.ok else [FAILED_COST]
     row = {
         "input": [str(target), name, list(args), {}],
@@ -65,6 +113,8 @@ def _row(target: Any, name: str, args: Any, config: dict, result: MeasureResult)
         "version": AUTOTVM_LOG_VERSION,
         "tvm_version": tvm.__version__,
     }
+    if space is not None:
+        row["space"] = space
     if not result.ok:  # an extra key: AutoTVM readers ignore it, people debugging need it
         row["error_msg"] = result.error_message
     return json.dumps(row)
@@ -72,16 +122,18 @@ def _row(target: Any, name: str, args: Any, config: dict, result: MeasureResult)
 
 def encode(inp: MeasureInput, result: MeasureResult) -> str:
     """One JSON line: input (target, task name, args), config, result, version."""
-    return _row(inp.target, inp.task.name, inp.task.args, inp.config.to_json_dict(), result)
+    space = getattr(inp.config, "space", None)
+    digest = space.digest if hasattr(space, "digest") else space  # a ConfigEntity's space, or a record's digest
+    return _row(inp.target, inp.task.name, inp.task.args, inp.config.to_json_dict(), result, digest)
 
 
-def decode(line: str) -> tuple[MeasureInput, MeasureResult]:
+def decode(line: str, source: str | None = None) -> tuple[MeasureInput, MeasureResult]:
     """Inverse of ``encode``; raises ``ValueError`` on a malformed line."""
     row = json.loads(line)
     target, name, args, _ = row["input"]
     costs, error_no, all_cost, timestamp = row["result"]
     task = RecordTask(target, name, args)
-    inp = MeasureInput(target, task, RecordConfig(row["config"]))
+    inp = MeasureInput(target, task, RecordConfig(row["config"], row.get("space"), source))
     if int(error_no) != 0:
         costs = [row.get("error_msg", "failed")]
     return inp, MeasureResult(tuple(costs), int(error_no), float(all_cost), float(timestamp))
@@ -97,7 +149,7 @@ def load_from_file(path: str | os.PathLike) -> Iterator[tuple[MeasureInput, Meas
             if not line or line.startswith("#"):
                 continue
             try:
-                yield decode(line)
+                yield decode(line, str(path))
             except (ValueError, KeyError, TypeError, IndexError) as err:
                 logger.warning("skipping corrupt record at %s:%d (%s)", path, lineno, type(err).__name__)
 
@@ -112,16 +164,17 @@ def load_records(records: Any) -> list[tuple[MeasureInput, MeasureResult]]:
     return records
 
 
-def pick_best(records: Iterable[tuple[MeasureInput, MeasureResult]]) -> dict[tuple, tuple[MeasureInput, MeasureResult]]:
-    """The fastest successful record of each (target kind, workload)."""
-    best: dict[tuple, tuple[MeasureInput, MeasureResult]] = {}
+def best_by_workload(records: Iterable[tuple[MeasureInput, MeasureResult]]
+                     ) -> dict[tuple, list[tuple[MeasureInput, MeasureResult]]]:
+    """The successful records of each (target kind, workload), fastest first. A cost that is not
+    a positive finite number is no measurement and is left out."""
+    groups: dict[tuple, list[tuple[MeasureInput, MeasureResult]]] = {}
     for inp, res in records:
-        if not res.ok:
-            continue
-        key = (_target_kind(inp.target), workload_key(inp.task))
-        if key not in best or res.mean_cost < best[key][1].mean_cost:
-            best[key] = (inp, res)
-    return best
+        if res.ok and math.isfinite(res.mean_cost) and res.mean_cost > 0:
+            groups.setdefault((_target_kind(inp.target), workload_key(inp.task)), []).append((inp, res))
+    for group in groups.values():
+        group.sort(key=lambda pair: pair[1].mean_cost)
+    return groups
 
 
 def _target_kind(target: Any) -> str:
@@ -134,8 +187,10 @@ def _target_kind(target: Any) -> str:
         return text.split()[0] if text else ""
 
 
-def pick_best_to_file(in_path: str, out_path: str) -> None:
-    """Write only the best record of each workload to ``out_path``."""
-    with open(out_path, "w", encoding="utf-8") as out:
-        for inp, res in pick_best(load_from_file(in_path)).values():
+def pick_best(in_file: str | os.PathLike, out_file: str | os.PathLike) -> None:
+    """Write only the fastest record of each (target kind, workload) of ``in_file`` to ``out_file``
+    (AutoTVM's ``autotvm.record.pick_best``)."""
+    best = [group[0] for group in best_by_workload(load_from_file(in_file)).values()]
+    with open(out_file, "w", encoding="utf-8") as out:
+        for inp, res in best:
             out.write(encode(inp, res) + "\n")

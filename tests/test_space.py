@@ -100,22 +100,6 @@ def test_knob_features_match_feature_matrix():
         np.testing.assert_allclose(row, space.get(space.knob2point(knob)).get_flatten_feature())
 
 
-def test_tile_features_are_the_log2_tile_sizes_under_each_level():
-    space = ConfigSpace()
-    space.define_split("i", 64, num_outputs=3)
-    space.define_split("j", 16, num_outputs=2)
-    space.define_knob("unroll", [0, 16, 64])
-    rng = np.random.default_rng(3)
-    knobs = np.array([space.point2knob(p) for p in space.sample_ints(30, rng)])
-    plain, tiles = space.feature_matrix(knobs), space.tile_feature_matrix(knobs)
-    assert tiles.shape == (30, plain.shape[1] + 2 + 1 + 2)  # i: 2 inner tiles, j: 1, then 2 sums
-    np.testing.assert_array_equal(tiles[:, :plain.shape[1]], plain)
-    for row, knob in zip(tiles[:, plain.shape[1]:], knobs):
-        (_, i1, i2), (j0, j1) = space.knobs[0].entities[knob[0]].size, space.knobs[1].entities[knob[1]].size
-        expected = np.log2([i1 * i2, i2, j1, i2 * j1, i1 * i2 * j0 * j1])
-        np.testing.assert_allclose(row, expected, atol=1e-6)
-
-
 def test_large_space_is_exact():
     space = ConfigSpace()
     for i in range(12):
@@ -136,17 +120,6 @@ def _split_numeric_and_unordered_knobs():
     return space.knobs
 
 
-def test_neighbours_are_small_steps():
-    tile, unroll, mode = _split_numeric_and_unordered_knobs()
-    at = [e.size for e in tile.entities].index((2, 3, 2))
-    steps = {tile.entities[v].size for v in tile.neighbours(at)}
-    # one prime factor moved between two levels, nothing else
-    assert steps == {(1, 6, 2), (1, 3, 4), (6, 1, 2), (2, 1, 6), (4, 3, 1), (2, 6, 1)}
-    assert unroll.neighbours(0) == [2]  # 0 -> 16 (values in order 0, 16, 64)
-    assert unroll.neighbours(2) == [0, 1]
-    assert mode.neighbours(1) == [0, 2]  # no order: any other value
-
-
 def test_directions_name_the_same_step_on_every_knob():
     tile, unroll, mode = _split_numeric_and_unordered_knobs()
     at = [e.size for e in tile.entities].index((2, 3, 2))
@@ -161,6 +134,6 @@ def test_directions_name_the_same_step_on_every_knob():
     down, up = DIRECTIONS.index("down"), DIRECTIONS.index("up")
     assert unroll.direction_steps(2, down) == [0] and unroll.direction_steps(2, up) == [1]  # 16: down 0, up 64
     assert unroll.direction_steps(1, up) == [] and mode.direction_steps(1, down) == []  # no order: no direction
-    # every step a direction takes is one of the knob's small steps
-    for v in range(len(tile)):
-        assert {s for d in range(len(DIRECTIONS)) for s in tile.direction_steps(v, d)} == set(tile.neighbours(v))
+    # the directions from (2, 3, 2) are every move of one prime factor between two levels
+    steps = {tile.entities[v].size for d in range(len(DIRECTIONS)) for v in tile.direction_steps(at, d)}
+    assert steps == {(1, 6, 2), (1, 3, 4), (6, 1, 2), (2, 1, 6), (4, 3, 1), (2, 6, 1)}

@@ -277,3 +277,20 @@ def servers_for_key(host: str, port: int, key: str) -> int:
         return 0
     return sum(1 for server in summary.get("server_info", []) if server.get("key", "").split(":")[-1] == key
                or key in str(server.get("key", "")))
+
+
+def measure_option(builder: Any, runner: Any) -> dict:
+    """Pair a builder and a runner, as ``autotvm.measure_option`` did."""
+    if isinstance(builder, str):
+        if builder != "local":
+            raise ValueError(f"unknown builder {builder!r}; allowed: 'local' or a LocalBuilder")
+        builder = LocalBuilder()
+    if isinstance(runner, str):
+        if runner != "local":
+            raise ValueError(f"unknown runner {runner!r}; allowed: 'local', a LocalRunner or an RPCRunner")
+        runner = LocalRunner()
+    if not hasattr(builder, "build"):
+        raise ValueError(f"builder must be 'local' or a LocalBuilder, got {builder!r}")
+    if not hasattr(runner, "run"):
+        raise ValueError(f"runner must be 'local', a LocalRunner or an RPCRunner, got {runner!r}")
+    return {"builder": builder, "runner": runner}

@@ -69,21 +69,6 @@ def failed(error_no: MeasureErrorNo, message: str, all_cost: float = 0.0) -> Mea
     return MeasureResult((message.strip()[-2000:],), int(error_no), float(all_cost), time.time())
 
 
-def measure_option(builder: Any, runner: Any) -> dict:
-    """Pair a builder and a runner, as ``autotvm.measure_option`` did."""
-    from .local import LocalBuilder, LocalRunner
-
-    if isinstance(builder, str):
-        if builder != "local":
-            raise ValueError(f"unknown builder {builder!r}; allowed: 'local' or a LocalBuilder")
-        builder = LocalBuilder()
-    if isinstance(runner, str):
-        if runner != "local":
-            raise ValueError(f"unknown runner {runner!r}; allowed: 'local', a LocalRunner or an RPCRunner")
-        runner = LocalRunner()
-    return {"builder": builder, "runner": runner}
-
-
 class MeasureBatch:
     """Build a batch of configs in parallel, then run each on the device, one at a time.
 

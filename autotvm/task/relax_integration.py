@@ -146,7 +146,7 @@ def build_program(mod: tvm.IRModule, target: Any, params: dict | None = None, co
     load_tensor_intrinsics()
     from tvm.s_tir import meta_schedule as ms
 
-    from ..dispatcher import DispatchContext
+    from ..dispatcher import DispatchContext, warn_stale_records
 
     target = make_target(target)
     # prepared and fused once: the task lookup and the build share it
@@ -162,6 +162,7 @@ def build_program(mod: tvm.IRModule, target: Any, params: dict | None = None, co
         workload = database.commit_workload(task.mod)
         database.commit_tuning_record(ms.database.TuningRecord(
             sch.trace, workload, [1.0], target, ms.arg_info.ArgInfo.from_prim_func(task.mod["main"])))
+    warn_stale_records()
     if DispatchContext.stack() and not applied:
         warnings.warn("build_program: no record of the active apply_history_best matches a task of this "
                       "program (tuned for another target, model, conv_layout or conv_algorithm?); building it untuned")

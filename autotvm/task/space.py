@@ -8,9 +8,11 @@ template calling ``define_*`` or from the sampling decisions of a MetaSchedule d
 
 from __future__ import annotations
 
+import hashlib
 import itertools
-import sys
+import json
 import math
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
@@ -28,9 +30,10 @@ class SplitEntity:
 
     size: tuple[int, ...]
 
-    def apply(self, sch: Any, loop: Any) -> list:
-        """Split ``loop`` of a ``tvm.s_tir.Schedule`` into ``len(size)`` loops."""
-        return list(sch.split(loop, factors=list(self.size)))
+    def apply(self, sch: Any, *args: Any) -> list:
+        """Split a loop of a ``tvm.s_tir.Schedule`` into ``len(size)`` loops: ``apply(sch, loop)``,
+        or AutoTVM's ``apply(sch, op, loop)`` (the op or block in the middle is not needed)."""
+        return list(sch.split(args[-1], factors=list(self.size)))
 
     def to_json(self) -> list[int]:
         return [-1, *self.size[1:]]
@@ -45,7 +48,9 @@ class ReorderEntity:
 
     perm: tuple[int, ...]
 
-    def apply(self, sch: Any, loops: Sequence[Any]) -> list:
+    def apply(self, sch: Any, *args: Any) -> list:
+        """Reorder loops: ``apply(sch, loops)`` or AutoTVM's ``apply(sch, op, loops)``."""
+        loops = args[-1]
         ordered = [loops[i] for i in self.perm]
         sch.reorder(*ordered)
         return ordered
@@ -66,7 +71,10 @@ class AnnotateEntity:
 
     anns: tuple[str, ...]
 
-    def apply(self, sch: Any, loops: Sequence[Any]) -> None:
+    def apply(self, sch: Any, *args: Any, **_autotvm_options: Any) -> None:
+        """Annotate loops: ``apply(sch, loops)`` or AutoTVM's ``apply(sch, op, loops, ...)`` (its
+        ``axis_lens``, ``max_unroll`` and ``cfg`` keywords are accepted and not needed)."""
+        loops = args[1] if len(args) > 1 and isinstance(args[1], (list, tuple)) else args[0]
         for loop, ann in zip(loops, self.anns):
             if ann == "unroll":
                 sch.unroll(loop)
@@ -217,16 +225,36 @@ def factorizations(extent: int, parts: int, max_innermost: int | None = None, po
 
 
 def _extent_of(axis: Any, sch: Any = None) -> int:
-    """The extent of an int, a TE IterVar, a TIR loop or a LoopRV of ``sch``."""
+    """The extent of an int, a TE IterVar, a TIR loop or a loop (LoopRV) of a schedule: ``sch``,
+    or else the ``tvm.s_tir.Schedule`` the calling template is building (as AutoTVM read a TE
+    axis's extent, a template passes its loop alone)."""
     if isinstance(axis, (int, np.integer)):
         return int(axis)
     if hasattr(axis, "dom"):
         return int(axis.dom.extent)
     if hasattr(axis, "extent"):
         return int(axis.extent)
-    if sch is not None:
-        return int(sch.get(axis).extent)
-    raise InstantiationError(f"cannot find the extent of axis {axis!r}; pass an int, an IterVar or (axis, sch)")
+    for candidate in [sch] if sch is not None else _schedules_of_callers():
+        try:
+            return int(candidate.get(axis).extent)
+        except Exception:  # a loop of another schedule
+            continue
+    raise InstantiationError(f"cannot find the extent of axis {axis!r}: pass an int, an IterVar, a TIR loop, or "
+                             "a loop of the tvm.s_tir.Schedule the template is building")
+
+
+def _schedules_of_callers(depth: int = 6) -> list:
+    """The ``tvm.s_tir.Schedule`` objects held by the callers' local variables, nearest first."""
+    import tvm
+
+    found, frame = [], sys._getframe(2)
+    for _ in range(depth):
+        if frame is None:
+            break
+        found += [v for v in frame.f_locals.values()
+                  if isinstance(v, tvm.s_tir.Schedule) and all(v is not f for f in found)]
+        frame = frame.f_back
+    return found
 
 
 # ----------------------------------------------------------------------------- the space
@@ -247,6 +275,7 @@ class ConfigSpace:
         self.knobs.append(knob)
         self._by_name[knob.name] = knob
         self._dims = None
+        self._digest = None
         return knob
 
     def define_split(self, name: str, axis: Any, policy: str = "factors", num_outputs: int = 2,
@@ -414,6 +443,16 @@ class ConfigSpace:
                 self._feature_tables.append(np.array([r + [0.0] * (width - len(r)) for r in rows], dtype=np.float32))
         knobs = np.asarray(knobs, dtype=np.int64).reshape(-1, len(self.knobs))
         return np.concatenate([table[knobs[:, i]] for i, table in enumerate(self._feature_tables)], axis=1)
+
+    @property
+    def digest(self) -> str:
+        """A short hash of the knobs and their candidates. Records carry the digest of the space
+        they were measured in: a record of another space (a knob renamed, candidates changed,
+        another design space) is stale, even where its knob values happen to exist here."""
+        if getattr(self, "_digest", None) is None:
+            text = json.dumps([[kn.name, [e.to_json() for e in kn.entities]] for kn in self.knobs], default=str)
+            self._digest = hashlib.sha1(text.encode()).hexdigest()[:16]
+        return self._digest
 
     def from_json_dict(self, json_dict: dict) -> "ConfigEntity":
         """Rebuild a config from ``ConfigEntity.to_json_dict``; the entities must match this space."""

@@ -100,24 +100,35 @@ def template(name: str) -> Callable:
     """Register a schedule template: a function that reads knobs through ``get_config()`` and
     returns ``(tvm.s_tir.Schedule, list_of_te_tensors)``.
 
-    Called directly (outside tuning), the template uses the best config of the current
-    ``apply_history_best`` context for its target and arguments, or the space's first config.
+    Called directly (outside tuning), the template runs with the best config of the current
+    ``apply_history_best`` context for its target and arguments (the space's first config if
+    none), and returns what it returns. The target is ``target=`` or else
+    ``tvm.target.Target.current()`` (``llvm`` outside any target scope), as in AutoTVM.
     """
 
     def register(func: Callable) -> Callable:
         TEMPLATES[name] = func
 
         @functools.wraps(func)
-        def dispatch(*args: Any, target: Any = "llvm") -> Any:
+        def dispatch(*args: Any, target: Any = None) -> Any:
             if getattr(_scope, "cfg", None) is not None:
                 return func(*args)
-            task = create(name, args, target)
-            return task.instantiate_best(), buffer_signature(task.default_module())
+            task = create(name, args, target if target is not None else _current_target("llvm"))
+            from ..dispatcher import DispatchContext
+
+            with _config_scope(DispatchContext.current_config(task) or task.config_space.get(0)):
+                return func(*args)
 
         dispatch.template_name = name  # type: ignore[attr-defined]
         return dispatch
 
     return register
+
+
+def _current_target(default: Any = None) -> Any:
+    """The target of the enclosing ``with tvm.target.Target(...)`` scope, or ``default``."""
+    current = tvm.target.Target.current(allow_none=True)
+    return current if current is not None else default
 
 
 class TemplateTask(Task):
@@ -151,9 +162,14 @@ class TemplateTask(Task):
         return self._default
 
 
-def create(name: str, args: Sequence[Any], target: Any) -> TemplateTask:
-    """A task from a registered template, as ``autotvm.task.create`` did."""
+def create(name: str, args: Sequence[Any], target: Any = None) -> TemplateTask:
+    """A task from a registered template, as ``autotvm.task.create`` did; without ``target``, the
+    one of the enclosing ``with tvm.target.Target(...)`` scope."""
     if name not in TEMPLATES:
         known = ", ".join(sorted(TEMPLATES)) or "none registered"
         raise AutoTVMError(f"unknown template {name!r}; registered templates: {known}")
+    target = target if target is not None else _current_target()
+    if target is None:
+        raise AutoTVMError(f"autotvm.task.create({name!r}, ...) needs a target: pass target=... or call it inside "
+                           "'with tvm.target.Target(...)'")
     return TemplateTask(name, TEMPLATES[name], args, target)

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..env import AutoTVMError
 from ..measure.measure import MeasureErrorNo, MeasureInput, MeasureResult, create_measure_batch, failed
-from ..record import load_records, workload_key
+from ..record import StaleRecords, bind_record, load_records, workload_key
 
 logger = logging.getLogger("autotvm")
 
@@ -110,12 +110,12 @@ class Tuner:
         """
         inputs, results = [], []
         key = workload_key(self.task)
+        stale = StaleRecords()
         for inp, res in load_records(records):
             if workload_key(inp.task) != key:
                 continue
-            try:
-                cfg = inp.config.bind(self.task) if hasattr(inp.config, "bind") else inp.config
-            except Exception:
+            cfg = bind_record(inp.config, self.task, stale)
+            if cfg is None:
                 continue
             self.visited.add(cfg.index)
             inputs.append(MeasureInput(self.task.target, self.task, cfg))
@@ -123,6 +123,7 @@ class Tuner:
             flops = self.flops_of(res)
             if flops > self.best_flops:
                 self.best_flops, self.best_config, self.best_measure_pair = flops, cfg, (inputs[-1], res)
+        stale.warn()
         if inputs:
             self.learn_history(inputs, results)
         return len(inputs)
@@ -220,8 +221,9 @@ class Tuner:
                 self.history.append({"trial": i + k, "index": inp.config.index, "flops": flops,
                                      "best_flops": self.best_flops, "error_no": int(res.error_no),
                                      "elapsed": time.perf_counter() - start})
-                if not res.ok:
-                    logger.debug("trial %d failed (error %d): %s", i + k, res.error_no, res.error_message)
+                # AutoTVM's per-trial line at DEBUG level
+                logger.debug("No: %d\tGFLOPS: %.2f/%.2f\tresult: %s\t%s", i + k + 1, flops / 1e9,
+                             self.best_flops / 1e9, res, inp.config)
             i += len(results)
             self.ttl = min(self.early_stopping + self.best_iter, n_trial) - i
             self._timed(self.update, inputs, results)

@@ -2,6 +2,9 @@
 
 The model ranks configs (pairwise rank loss by default) from knob features, or from
 MetaSchedule's per-store program features (``feature_type="program"``, trace tasks only).
+AutoTVM's ``"itervar"`` and ``"curve"`` features, which describe the lowered loop nest, map to the
+nearest ones here: ``"program"`` on tasks that have a program to read features from (from
+``create_from_primfunc`` or a Relax program), ``"knob"`` on template tasks.
 Simulated annealing walks the knob space (one knob changed per step) to find the configs the
 model ranks highest; the last ``eps_greedy`` share of each plan is random, as in AutoTVM.
 """
@@ -18,13 +21,18 @@ from .cost_model import LOSSES, XGBCostModel
 from .tuner import Tuner
 
 
+FEATURE_TYPES = ("knob", "program", "itervar", "curve")
+
+
 class XGBTuner(Tuner):
     def __init__(self, task: Any, plan_size: int = 64, feature_type: str = "knob", loss_type: str = "rank",
                  num_threads: int | None = None, n_iter: int = 500, parallel_size: int = 128,
                  early_stop: int = 50, eps_greedy: float = 0.05, seed: int | None = None) -> None:
         super().__init__(task, seed=seed)
-        if feature_type not in ("knob", "program"):
-            raise ValueError(f"unknown feature_type {feature_type!r}; allowed: knob, program")
+        if feature_type not in FEATURE_TYPES:
+            raise ValueError(f"unknown feature_type {feature_type!r}; allowed: {', '.join(FEATURE_TYPES)}")
+        if feature_type in ("itervar", "curve"):  # AutoTVM's loop-nest features
+            feature_type = "program" if hasattr(task, "schedule_of") else "knob"
         if loss_type not in LOSSES:
             raise ValueError(f"unknown loss_type {loss_type!r}; allowed: {', '.join(LOSSES)}")
         if feature_type == "program" and not hasattr(task, "schedule_of"):
