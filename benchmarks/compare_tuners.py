@@ -2,8 +2,8 @@
 C1, MM512 and R3x3, each with the same trial budget and several seeds, all in one run.
 
     python benchmarks/compare_tuners.py --trials 200 --seeds 3 --out results/compare_tuners.json
-    python benchmarks/compare_tuners.py --ops c1,r3x3 --tuners ga-dqn,ga-dqn@restart3 \
-        --options '{"ga-dqn@restart3": {"restart_after": 3}}' --out results/restart.json
+    python benchmarks/compare_tuners.py --ops c1,r3x3 --tuners ga,ga@screen,ga-dqn \
+        --options '{"ga@screen": {"pop_size": 16, "screen": 16, "immigrants": 2}}' --out results/screen.json
 
 Prints the median best GFLOPS, trials to 90% of the final best and the tuner overhead, then the
 geometric-mean ratios of GA-DQN over GA, XGB and its ablation.
@@ -11,10 +11,9 @@ geometric-mean ratios of GA-DQN over GA, XGB and its ablation.
 ``--remeasure N`` then measures the final best config of every run again, N times, all of an
 op's configs together in a fresh order each round, and prints the same table and ratios over
 those measurements (the median of each config's N). A run's best is the largest of its
-noisy timings and reads high: on the Zen 4 machine by a median 4-11% against the median of
-its timings again (1-2% against the fastest of them; benchmarks/README.md, "Nine seeds of the
-four tuners, each run's best measured again"), so the ratios are printed on the fastest of
-each config's N too. MetaSchedule's runs do not record their configs and are left out of it.
+noisy timings and reads high: on 2 Zen 4 cores by a median 4-11% against the median of its
+timings again (1-2% against the fastest of them; docs/findings.md), so the ratios are printed on
+the fastest of each config's N too. MetaSchedule's runs do not record their configs and are left out of it.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Speed benchmark of the foundation: throughput, tuner overhead and memory.
 
-    python benchmarks/throughput.py --out benchmarks/results/throughput.json
+    python benchmarks/throughput.py --out results/throughput.json
 
 1. Throughput: RandomTuner on C1 (n_parallel=2, number=3, repeat=3) against MetaSchedule's own
    ``tune_tir`` on the same op and budget, side by side in one run (MetaSchedule with its default
@@ -51,7 +51,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--trials", type=int, default=200)
     parser.add_argument("--memory-trials", type=int, default=1000)
-    parser.add_argument("--out", default="benchmarks/results/throughput.json")
+    parser.add_argument("--out", default="results/throughput.json")
     parser.add_argument("--parts", default="tuners,metaschedule,memory", help="which parts to run")
     args = parser.parse_args()
     option = comparison_measure_option()

@@ -127,7 +127,7 @@ def test_experiment_variant_options_reach_the_tuner_and_a_refused_value_keeps_ea
     config["experiments"].update(names=["compare_tuners"], repeats=1, tuners=["ga", "ga@bad"],
                                  tuner_options={"ga@bad": {"pop_size": 1}})
     (tmp_path / "c.json").write_text(json.dumps(config))
-    _bad(driver("-m=experiment", f"-c={tmp_path / 'c.json'}"), "ga tuner options", "pop_size must be >= 2")
+    _bad(driver("-m=experiment", f"-c={tmp_path / 'c.json'}"), "ga tuner options", "pop_size must be an integer >= 2")
     runs = json.load(open(tmp_path / "exp" / "e" / "compare_tuners" / "runs.json"))
     assert [r["label"] for r in runs] == ["ga"] and len(runs[0]["curve"]) == 6  # measured before: kept
 

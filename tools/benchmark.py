@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 import numpy as np
+import tabulate
 
 import autotvm
 from autotvm.env import AutoTVMError, device_exists, device_of
@@ -28,7 +29,7 @@ from .tune import conv_options, load_program, log_path
 
 def _stats(seconds: list[float]) -> dict:
     ms = [s * 1e3 for s in seconds]
-    return {"mean_ms": statistics.mean(ms), "median_ms": statistics.median(ms),
+    return {"mean_ms": statistics.mean(ms), "median_ms": statistics.median(ms), "min_ms": min(ms), "max_ms": max(ms),
             "std_ms": statistics.stdev(ms) if len(ms) > 1 else 0.0}
 
 
@@ -160,9 +161,12 @@ def _write(rows: list[dict], out_dir: str, name: str) -> None:
         writer.writeheader()
         writer.writerows(rows)
     bar_chart(rows, base + ".png")
-    head = f"{'model':14} {'variant':14} {'mean ms':>9} {'median ms':>10} {'std ms':>8} {'max err':>9} {'ok':>3}"
-    print("\n" + head + "\n" + "-" * len(head))
-    for r in rows:
-        print(f"{r['model'][:14]:14} {r['variant']:14} {r['mean_ms']:9.3f} {r['median_ms']:10.3f} {r['std_ms']:8.3f} "
-              f"{r['max_abs_error']:9.2g} {'yes' if r['matches_pytorch'] else 'NO':>3}")
+    eager = {r["model"]: r["median_ms"] for r in rows if r["variant"] == "pytorch-eager"}
+    table = [[r["model"], r["variant"], r["median_ms"], r["min_ms"], r["max_ms"],
+              eager[r["model"]] / r["median_ms"] if r["median_ms"] > 0 else float("nan"), r["max_abs_error"],
+              "yes" if r["matches_pytorch"] else "NO"] for r in rows]
+    print()
+    print(tabulate.tabulate(table, headers=["model", "variant", "median ms", "min ms", "max ms", "speed-up over eager",
+                                            "max abs error", "matches"], floatfmt=("", "", ".3f", ".3f", ".3f", ".2f",
+                                                                                   ".2g", "")))
     print(f"wrote {base}.csv, {base}.json and {base}.png")

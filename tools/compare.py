@@ -29,11 +29,9 @@ from .workloads import workload, workload_task
 
 
 def machine_description() -> dict:
-    """The CPU the runs are timed on. GFLOPS from different CPUs are not comparable (this
-    project's machines changed from 2 Zen 3 cores with AVX2 to 2 Zen 5 cores with AVX-512 between
-    the tenth and the eleventh session, and C1's best rose from ~50 to ~180 GFLOPS; the
-    twenty-second session had 2 Zen 4 cores, with C1 at ~90), so result files carry it and
-    pooling refuses to mix machines."""
+    """The CPU the runs are timed on. GFLOPS from different CPUs are not comparable (C1's best is
+    ~50 GFLOPS on 2 Zen 3 cores, ~90 on 2 Zen 4 and ~180 on 2 Zen 5 cores), so result files carry
+    it and a comparison refuses to resume on another machine."""
     fields: dict[str, str] = {}
     if os.path.exists("/proc/cpuinfo"):
         for line in open("/proc/cpuinfo"):
@@ -211,8 +209,8 @@ def remeasure_into(out: str, runs: list[dict], rounds: int, **options: Any) -> d
 
 
 # how a config's timings again are read. The median is the speed a config typically gives; the
-# fastest drops the slow readings (a shared machine's outliers are slow ones: timing_noise.py), and
-# with them how unsteady the config is, in which the tuners' bests differ (pool_runs.py --remeasured)
+# fastest drops the slow readings (a shared machine's outliers are slow ones), and with them how
+# unsteady the config is, in which the tuners' bests differ
 STATISTICS: dict[str, Callable[[list[float]], float]] = {"median": statistics.median, "fastest": max}
 
 

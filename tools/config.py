@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+from typing import Any, Iterator
 
 import jsonschema
 
@@ -25,11 +26,18 @@ EXPERIMENTS = ("compare_tuners", "compare_gadqn_ga", "compare_reward", "ablation
 
 _POSITIVE_INT = {"type": "integer", "minimum": 1}
 
+
+def _with(schema: dict, default: object) -> dict:
+    """``schema`` with its default value (filled in where the config leaves the key out)."""
+    return {**schema, "default": default}
+
+
+# The whole configuration: every key, its type and its default, in one place (README, "Config reference").
 SCHEMA: dict = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
-        "models": {"type": "array", "items": {
+        "models": _with({"type": "array", "items": {
             "type": "object", "required": ["name", "type"], "additionalProperties": False,
             "properties": {
                 "name": {"type": "string", "minLength": 1},
@@ -40,65 +48,75 @@ SCHEMA: dict = {
                 "d_model": _POSITIVE_INT, "nhead": _POSITIVE_INT, "layers": _POSITIVE_INT, "width": _POSITIVE_INT,
                 "seed": {"type": "integer"}, "conv_layout": {"enum": list(CONV_LAYOUTS)},
                 "conv_algorithm": {"enum": list(CONV_ALGORITHMS)},
-            }}},
-        "target": {"oneOf": [{"enum": ["llvm", "cuda"]}, {"type": "object", "required": ["kind"],
-                                                           "properties": {"kind": {"enum": ["llvm", "cuda"]}}}]},
-        "autotuner_settings": {
+            }}}, []),
+        "target": _with({"oneOf": [{"enum": ["llvm", "cuda"]}, {"type": "object", "required": ["kind"],
+                                                                 "properties": {"kind": {"enum": ["llvm", "cuda"]}}}]},
+                        "llvm"),
+        "autotuner_settings": _with({
             "type": "object", "additionalProperties": False,
             "properties": {
-                "tuner": {"enum": list(TUNERS)},
-                "trials": _POSITIVE_INT,
-                "early_stopping": {"oneOf": [{"type": "null"}, _POSITIVE_INT]},
-                "number": _POSITIVE_INT, "repeat": _POSITIVE_INT,
-                "min_repeat_ms": {"type": "integer", "minimum": 0},
-                "n_parallel": _POSITIVE_INT,
-                "timeout": {"type": "number", "exclusiveMinimum": 0},
-                "seed": {"oneOf": [{"type": "null"}, {"type": "integer"}]},
-                "save_path": {"type": "string", "minLength": 1},
-                "save_name": {"type": "string", "minLength": 1},
-                "check_correctness": {"type": "boolean"}, "enable_cpu_cache_flush": {"type": "boolean"},
-                "tuner_options": {"type": "object"},
+                "tuner": _with({"enum": list(TUNERS)}, "ga-dqn"),
+                "trials": _with(_POSITIVE_INT, 64),
+                "early_stopping": _with({"oneOf": [{"type": "null"}, _POSITIVE_INT]}, None),
+                "number": _with(_POSITIVE_INT, 3), "repeat": _with(_POSITIVE_INT, 3),
+                "min_repeat_ms": _with({"type": "integer", "minimum": 0}, 0),
+                "n_parallel": _with(_POSITIVE_INT, os.cpu_count() or 1),
+                "timeout": _with({"type": "number", "exclusiveMinimum": 0}, 10),
+                "seed": _with({"oneOf": [{"type": "null"}, {"type": "integer"}]}, 0),
+                "save_path": _with({"type": "string", "minLength": 1}, "results"),
+                "save_name": _with({"type": "string", "minLength": 1}, "tuning"),
+                "check_correctness": _with({"type": "boolean"}, False),
+                "enable_cpu_cache_flush": _with({"type": "boolean"}, False),
+                "tuner_options": _with({"type": "object"}, {}),
                 "rpc": {"type": "object", "required": ["key", "host", "port"], "additionalProperties": False,
                         "properties": {"key": {"type": "string"}, "host": {"type": "string"},
                                        "port": {"type": "integer", "minimum": 1, "maximum": 65535}}},
-            }},
-        "run_settings": {
+            }}, {}),
+        "run_settings": _with({
             "type": "object", "additionalProperties": False,
-            "properties": {"repeat": _POSITIVE_INT, "number": _POSITIVE_INT, "profile": {"type": "boolean"},
-                           "rtol": {"type": "number", "exclusiveMinimum": 0},
-                           "atol": {"type": "number", "exclusiveMinimum": 0}}},
-        "experiments": {
+            "properties": {"repeat": _with(_POSITIVE_INT, 10), "number": _with(_POSITIVE_INT, 5),
+                           "profile": _with({"type": "boolean"}, False),
+                           "rtol": _with({"type": "number", "exclusiveMinimum": 0}, 1e-3),
+                           "atol": _with({"type": "number", "exclusiveMinimum": 0}, 1e-3)}}, {}),
+        "experiments": _with({
             "type": "object", "additionalProperties": False,
             "properties": {
-                "names": {"type": "array", "items": {"enum": list(EXPERIMENTS)}, "minItems": 1},
-                "workloads": {"type": "array", "items": {"enum": list(WORKLOADS)}, "minItems": 1},
-                "tuners": {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1},
-                "tuner_options": {"type": "object", "additionalProperties": {"type": "object"}},
-                "trials": _POSITIVE_INT,
-                "repeats": _POSITIVE_INT,
-                "hyperparameter_trials": _POSITIVE_INT,
-                "remeasure": {"type": "integer", "minimum": 0},
-                "save_path": {"type": "string", "minLength": 1},
-                "save_name": {"type": "string", "minLength": 1},
-                "previous_results_dir": {"oneOf": [{"type": "null"}, {"type": "string"}]},
-            }},
+                "names": _with({"type": "array", "items": {"enum": list(EXPERIMENTS)}, "minItems": 1},
+                               ["compare_tuners"]),
+                "workloads": _with({"type": "array", "items": {"enum": list(WORKLOADS)}, "minItems": 1}, ["c1"]),
+                "tuners": _with({"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1},
+                                ["random", "ga", "xgb", "ga-dqn", "ga-dqn-random"]),
+                "tuner_options": _with({"type": "object", "additionalProperties": {"type": "object"}}, {}),
+                "trials": _with(_POSITIVE_INT, 64),
+                "repeats": _with(_POSITIVE_INT, 3),
+                "hyperparameter_trials": _with(_POSITIVE_INT, 6),
+                "remeasure": _with({"type": "integer", "minimum": 0}, 0),
+                "save_path": _with({"type": "string", "minLength": 1}, "results"),
+                "save_name": _with({"type": "string", "minLength": 1}, "experiment"),
+                "previous_results_dir": _with({"oneOf": [{"type": "null"}, {"type": "string"}]}, None),
+            }}, {}),
     },
 }
 
-DEFAULTS: dict = {
-    "models": [],
-    "target": "llvm",
-    "autotuner_settings": {"tuner": "ga-dqn", "trials": 64, "early_stopping": None, "number": 3, "repeat": 3,
-                           "min_repeat_ms": 0, "n_parallel": os.cpu_count() or 1, "timeout": 10, "seed": 0,
-                           "save_path": "results", "save_name": "tuning", "check_correctness": False,
-                           "enable_cpu_cache_flush": False, "tuner_options": {}},
-    "run_settings": {"repeat": 10, "number": 5, "profile": False, "rtol": 1e-3, "atol": 1e-3},
-    "experiments": {"names": ["compare_tuners"], "workloads": ["c1"],
-                    "tuners": ["random", "ga", "xgb", "ga-dqn", "ga-dqn-random"], "tuner_options": {},
-                    "trials": 64, "repeats": 3,
-                    "hyperparameter_trials": 6, "remeasure": 0, "save_path": "results", "save_name": "experiment",
-                    "previous_results_dir": None},
-}
+
+def _fill_defaults(validator: Any, properties: dict, instance: Any, schema: dict) -> Iterator:
+    """jsonschema's ``properties`` check that first sets every missing key that has a default
+    (jsonschema's documented way to fill defaults from the schema)."""
+    if isinstance(instance, dict):
+        for key, subschema in properties.items():
+            if "default" in subschema:
+                instance.setdefault(key, copy.deepcopy(subschema["default"]))
+    yield from jsonschema.Draft202012Validator.VALIDATORS["properties"](validator, properties, instance, schema)
+
+
+_DefaultFillingValidator = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"properties": _fill_defaults})
+
+
+def defaults() -> dict:
+    """The configuration every key left out of a config takes."""
+    config: dict = {}
+    _DefaultFillingValidator(SCHEMA).validate(config)
+    return config
 
 
 class ConfigError(AutoTVMError):
@@ -125,13 +143,6 @@ def _explain(error: jsonschema.ValidationError) -> str:
     if error.validator == "required":
         return f"config key {key}: {error.message}"
     return f"config key {key}: {error.message}"
-
-
-def _merge(defaults: dict, given: dict) -> dict:
-    out = copy.deepcopy(defaults)
-    for key, value in given.items():
-        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-    return out
 
 
 def parse_json(text: str, source: str) -> dict:
@@ -165,12 +176,13 @@ def load_config(arg: str) -> dict:
         if spec.get("conv_algorithm") == "winograd" and spec.get("conv_layout") == "NCHW":
             raise ConfigError(f"config key models.{spec['name']}.conv_algorithm: 'winograd' needs conv_layout "
                               "'NHWC' or 'auto', not 'NCHW'")
-    shared = data.get("autotuner_settings", {}).get("tuner_options", {})
-    _check_tuner_options(shared, set().union(*TUNER_OPTIONS.values()), "autotuner_settings.tuner_options")
-    experiments = data.get("experiments", {})
-    check_tuner_variants(experiments.get("tuners", DEFAULTS["experiments"]["tuners"]),
-                         experiments.get("tuner_options", {}), "experiments.tuners", "experiments.tuner_options")
-    return _merge(DEFAULTS, data)
+    _DefaultFillingValidator(SCHEMA).validate(data)
+    _check_tuner_options(data["autotuner_settings"]["tuner_options"], set().union(*TUNER_OPTIONS.values()),
+                         "autotuner_settings.tuner_options")
+    experiments = data["experiments"]
+    check_tuner_variants(experiments["tuners"], experiments["tuner_options"], "experiments.tuners",
+                         "experiments.tuner_options")
+    return data
 
 
 def _check_tuner_options(options: dict, accepted: set[str], key: str) -> None:

@@ -21,7 +21,7 @@ import numpy as np
 
 from rl_tuner.gadqn_tuner import REWARDS
 
-from .compare import (ratio_lines, remeasure_bests, remeasured_ratio_lines, remeasured_runs, run_metaschedule,
+from .compare import (geomean_ratio_interval, ratio_lines, remeasure_bests, remeasured_ratio_lines, remeasured_runs, run_metaschedule,
                       run_tuner, summarise)
 from .config import ConfigError, writable_dir
 from .measure_setup import measure_option_from_settings
@@ -96,6 +96,11 @@ class Experiment:
         rows = summarise(labelled)
         self._write_csv("summary.csv", rows)
         ratios = ratio_lines(rows, labelled, pairs or [])
+        intervals = [geomean_ratio_interval(labelled, tuner, base) for tuner, base in pairs or []]
+        intervals = [i for i in intervals if i is not None]
+        if intervals and all(low <= 1.0 <= high for low, high in intervals):
+            ratios.append(f"Nothing above is settled: every 90% interval includes 1 with {len(self.seeds)} seed(s) per "
+                          "variant; raise experiments.repeats to tell the tuners apart (docs/findings.md used 21).")
         if self.config["experiments"]["remeasure"]:
             ratios += self._remeasured(labelled, self.config["experiments"]["remeasure"], pairs or [])
         if ratios:
@@ -115,7 +120,7 @@ class Experiment:
         times, a workload's configs together (``remeasured.json``), and the summary
         (``summary_remeasured.csv``) and ratio lines over those timings, read as their median,
         then as their fastest. A run's best is the largest of its noisy timings and reads high,
-        by more than the gaps between tuners on a noisy machine (benchmarks/README.md, "How much
+        by more than the gaps between tuners on a noisy machine (docs/findings.md, "How much
         is there to find above GA?"); the two readings of the timings again can differ by
         several points too, so both are shown before one is quoted."""
         path = os.path.join(self.out_dir, "remeasured.json")
@@ -173,7 +178,7 @@ ABLATION_VARIANT = ("ga-dqn-random-actions", "ga-dqn-random", {})
 def compare_reward(config: dict, option: dict) -> Result:
     """Every reward function against GA and the random-action ablation: the ablation learns
     nothing, so a reward earns its keep only by beating it (measured on the real ops, none did;
-    benchmarks/README.md, "The reward functions and a discount on the real ops")."""
+    docs/findings.md)."""
     variants = [("ga", "ga", {}), ABLATION_VARIANT] + [(f"ga-dqn[{r}]", "ga-dqn", {"reward": r}) for r in REWARDS]
     pairs = [(label, ABLATION_VARIANT[0]) for label, _, _ in variants[2:]]
     return _compare("compare_reward", config, option, variants, "GA-DQN reward functions vs GA and the ablation",
@@ -246,5 +251,8 @@ def run_experiments(config: dict) -> dict[str, Any]:
         print(format_table(rows))
         if ratios:
             print("\n".join(ratios))
+        exp = config["experiments"]
+        out_dir = os.path.join(exp["save_path"], exp["save_name"], name)
+        print(f"wrote {out_dir}/: runs.json (every run), summary.csv, ratios.txt and the plots (curves.png)")
         results[name] = rows
     return results

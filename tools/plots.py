@@ -45,21 +45,24 @@ def tuning_curves(runs: Iterable[dict], path: str, title: str, label_key: str = 
 
 
 def bar_chart(rows: list[dict], path: str) -> None:
-    """Inference time per model and variant (mean with std as error bars)."""
+    """Inference time per model and variant: the median, with error bars from the min to the max
+    of the timed repeats (means would let one outlier become the picture)."""
     models = list(dict.fromkeys(r["model"] for r in rows))
     variants = list(dict.fromkeys(r["variant"] for r in rows))
     width = 0.8 / len(variants)
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.8 * len(models) + 2), 4.2))
+    fig, ax = plt.subplots(figsize=(max(5.5, 1.8 * len(models) + 2.5), 4.6))
     for i, variant in enumerate(variants):
         values = [next((r for r in rows if r["model"] == m and r["variant"] == variant), None) for m in models]
         x = np.arange(len(models)) + i * width
-        ax.bar(x, [v["mean_ms"] if v else 0 for v in values], width, yerr=[v["std_ms"] if v else 0 for v in values],
-               label=variant, capsize=3)
+        median = np.array([v["median_ms"] if v else np.nan for v in values])
+        low = np.array([v.get("min_ms", v["median_ms"]) if v else np.nan for v in values])
+        high = np.array([v.get("max_ms", v["median_ms"]) if v else np.nan for v in values])
+        ax.bar(x, median, width, yerr=[median - low, high - median], label=variant, capsize=3)
     ax.set_xticks(np.arange(len(models)) + width * (len(variants) - 1) / 2, models)
-    ax.set_ylabel("inference time (ms, lower is better)")
+    ax.set_ylabel("inference time, ms (lower is better)")
     ax.set_yscale("log")
-    ax.set_title("Inference time: PyTorch eager vs TVM untuned vs TVM tuned")
-    ax.legend()
+    ax.set_title("Inference time per model: median, min-max bars", fontsize=11)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, frameon=False)
     ax.grid(axis="y", alpha=0.3)
     _save(fig, path)
 

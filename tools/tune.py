@@ -11,6 +11,8 @@ import os
 import time
 from typing import Any
 
+import tabulate
+
 import autotvm
 from autotvm.record import load_from_file, workload_key
 
@@ -64,6 +66,11 @@ def tune_models(config: dict) -> list[dict]:
         for i, task in enumerate(tasks):
             summary.append(_tune_task(task, i, len(tasks), spec["name"], settings, option, log, past))
     print(format_summary(summary))
+    for spec in config["models"]:
+        print(f"records of {spec['name']}: {log_path(settings, spec['name'])}")
+    print("build with them: python driver.py -m=benchmark -c <this config> (times them against PyTorch), or in "
+          "Python: with autotvm.apply_history_best(log): exe = autotvm.build_program(mod, target, params) "
+          "(README, \"Use the tuned model in your program\")")
     return summary
 
 
@@ -79,17 +86,20 @@ def _tune_task(task: Any, i: int, n_tasks: int, model: str, settings: dict, opti
         tuner.tune(remaining, option, early_stopping=settings["early_stopping"],
                    callbacks=[autotvm.callback.progress_bar(remaining, prefix=prefix),
                               autotvm.callback.log_to_file(log)])
-    return {"model": model, "task": task.name, "weight": task.weight, "trials": done + len(tuner.history),
+    return {"model": model, "task": task.name, "weight": task.weight, "configs": task.config_space.range_length,
+            "trials": done + len(tuner.history),
             "resumed": done, "best_gflops": tuner.best_flops / 1e9, "seconds": time.perf_counter() - start,
             "rejected": tuner.rejected}
 
 
 def format_summary(rows: list[dict]) -> str:
-    head = f"{'model':12} {'task':40} {'weight':>6} {'trials':>7} {'best GFLOPS':>12} {'time s':>8}"
-    lines = ["", head, "-" * len(head)]
-    for r in rows:
-        lines.append(f"{r['model'][:12]:12} {r['task'][:40]:40} {r['weight']:6d} {r['trials']:7d} "
-                     f"{r['best_gflops']:12.2f} {r['seconds']:8.1f}")
+    """The tuned tasks as a table. ``calls``: how often the model calls the function (a task's
+    weight); a function with a single config has nothing to tune and shows no GFLOPS."""
+    table = [[r["model"][:16], r["task"][:40], r["weight"], r["configs"], r["trials"],
+              f"{r['best_gflops']:.2f}" if r["configs"] > 1 else "- (1 config)", f"{r['seconds']:.1f}"] for r in rows]
+    lines = ["", tabulate.tabulate(table, headers=["model", "function", "calls", "configs", "trials", "best GFLOPS",
+                                                   "time s"], colalign=("left", "left") + ("right",) * 5)]
+    lines.append("calls: times the model calls the function per inference; configs: the size of its design space")
     total = sum(r["seconds"] for r in rows)
     lines.append(f"total tuning time: {total:.1f} s")
     rejected = sum(r.get("rejected", 0) for r in rows)

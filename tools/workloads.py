@@ -42,13 +42,6 @@ WORKLOADS: dict[str, tuple[str, Callable[[], Any]]] = {
     "c1": ("1x1 conv (1,144,28,28) -> 32 channels", lambda: conv2d(1, 144, 28, 32, 1)),
     "r3x3": ("ResNet-18 3x3 conv 64->64 on 56x56, pad 1", lambda: conv2d(1, 64, 56, 64, 3, 1, 1)),
     "mm512": ("512x512x512 matmul", lambda: matmul(512, 512, 512)),
-    # other tasks of the same templates, for carrying an agent from task to task (benchmarks/transfer.py)
-    "pw96": ("1x1 conv (1,96,56,56) -> 24 channels (MobileNetV2 projection)", lambda: conv2d(1, 96, 56, 24, 1)),
-    "pw192": ("1x1 conv (1,192,28,28) -> 64 channels", lambda: conv2d(1, 192, 28, 64, 1)),
-    "r3x3-128": ("ResNet-18 3x3 conv 128->128 on 28x28, pad 1", lambda: conv2d(1, 128, 28, 128, 3, 1, 1)),
-    "r3x3-256": ("ResNet-18 3x3 conv 256->256 on 14x14, pad 1", lambda: conv2d(1, 256, 14, 256, 3, 1, 1)),
-    "mm768": ("(128x768) x (768x768) matmul (a BERT-base projection of 128 tokens)", lambda: matmul(128, 768, 768)),
-    "mm1024": ("(256x1024) x (1024x256) matmul", lambda: matmul(256, 256, 1024)),
     "bmm": ("batch matmul 12x(128x64)x(64x128) (BERT attention scores)", lambda: batch_matmul(12, 128, 128, 64)),
     "dense": ("dense 1x512 -> 1000 (ResNet-18 classifier)", lambda: dense(1, 512, 1000)),
     "conv3x3-small": ("3x3 conv 16->16 on 14x14, pad 1 (for tests)", lambda: conv2d(1, 16, 14, 16, 3, 1, 1)),

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import diskcache
 import tvm
 from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import Trace
@@ -30,6 +31,11 @@ def cache_dir() -> Path:
     """Where design spaces are cached; override with ``$AUTOTVM_CACHE_DIR``."""
     root = os.environ.get("AUTOTVM_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "gadqn-autotvm")
     return Path(root) / "design_spaces"
+
+
+def _design_space_cache() -> diskcache.Cache:
+    """The on-disk cache of design spaces (``diskcache``: safe for the parallel build workers)."""
+    return diskcache.Cache(str(cache_dir()))
 
 
 def _normalise(func_or_mod: Any) -> tvm.IRModule:
@@ -52,25 +58,20 @@ def _tune_context(mod: tvm.IRModule, target: tvm.target.Target) -> Any:
 def _design_space_traces(mod: tvm.IRModule, target: tvm.target.Target, ctx: Any) -> list[Trace]:
     """The sketches of ``mod`` for ``target``, simplified; cached on disk as trace JSON."""
     key = hashlib.sha256((mod.script() + json.dumps(str(target)) + tvm.__version__).encode()).hexdigest()[:32]
-    path = cache_dir() / f"{key}.json"
-    if path.exists():
-        try:
-            traces = []
-            for trace_json in json.loads(path.read_text()):
-                sch = Schedule(mod)
-                Trace.apply_json_to_schedule(trace_json, sch)
-                traces.append(sch.trace.simplified(remove_postproc=True))
-            return traces
-        except Exception:  # a stale or corrupt cache entry is regenerated
-            pass
-    traces = [s.trace.simplified(remove_postproc=True) for s in ctx.generate_design_space()]
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps([t.as_json(remove_postproc=True) for t in traces], default=_plain))
-        tmp.replace(path)
-    except OSError:
-        pass
+    with _design_space_cache() as cache:
+        cached = cache.get(key)
+        if cached is not None:
+            try:
+                traces = []
+                for trace_json in json.loads(cached):
+                    sch = Schedule(mod)
+                    Trace.apply_json_to_schedule(trace_json, sch)
+                    traces.append(sch.trace.simplified(remove_postproc=True))
+                return traces
+            except Exception:  # an entry that no longer applies is regenerated
+                pass
+        traces = [s.trace.simplified(remove_postproc=True) for s in ctx.generate_design_space()]
+        cache.set(key, json.dumps([t.as_json(remove_postproc=True) for t in traces], default=_plain))
     return traces
 
 
