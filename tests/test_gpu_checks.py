@@ -93,9 +93,12 @@ def test_measuring_on_cuda_without_a_gpu_is_a_clear_error(cuda_task):
 def test_the_tune_summary_counts_the_configs_the_target_rejected():
     from tools.tune import format_summary
 
-    row = {"model": "m", "task": "mm", "weight": 1, "trials": 64, "best_gflops": 1.0, "seconds": 2.0}
+    row = {"model": "m", "task": "mm", "weight": 1, "configs": 900, "trials": 64, "best_gflops": 1.0, "seconds": 2.0}
     assert "rejected" not in format_summary([dict(row, rejected=0)])  # LLVM: nothing to say
     assert "rejected before building (not trials): 455" in format_summary([dict(row, rejected=455)])
+    # a function with one config has nothing to tune: no GFLOPS figure, and the columns explained
+    text = format_summary([dict(row, configs=1, trials=1, best_gflops=0.0, rejected=0)])
+    assert "- (1 config)" in text and "0.00" not in text and "calls: times the model calls" in text
 
 
 def test_a_space_the_target_rejects_entirely_ends_the_tuning_instead_of_looping():
