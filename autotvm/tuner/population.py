@@ -85,7 +85,6 @@ class PopulationTuner(Tuner):
         self.by_index: dict[int, Member] = {}
         self.scores: dict[int, float] = {}
         self.screen_model: XGBCostModel | None = None
-        self.stalled_generations, self._best_at_generation = 0, 0.0
         self.immigrants_left = 0  # model-picked random slots still to fill in this generation
         self.immigrant_indices: list[int] = []  # every config proposed as an immigrant
 
@@ -123,16 +122,9 @@ class PopulationTuner(Tuner):
         self.to_breed = self.pop_size - len(elites)
         self.immigrants_left = min(self.immigrants, self.to_breed - 1)
         self.generation += 1
-        self._track_stall()
         if self.screen > 1:
             self._fit_screen_model()
         self.on_generation()
-
-    def _track_stall(self) -> None:
-        """Count generations since the best improved."""
-        improved = self.best_flops > self._best_at_generation
-        self.stalled_generations = 0 if improved else self.stalled_generations + 1
-        self._best_at_generation = self.best_flops  # never decreases
 
     def _fit_screen_model(self) -> None:
         """Refit the screen model on every measurement so far."""
