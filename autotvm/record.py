@@ -56,19 +56,22 @@ class StaleRecords:
 
     def __init__(self) -> None:
         self.counts: collections.Counter = collections.Counter()
-        self.reasons: dict[str, str] = {}
+        self.reasons: dict[str, list[str]] = {}
 
     def add(self, config: Any, reason: str) -> None:
         source = getattr(config, "source", None) or "(records given in memory)"
         self.counts[source] += 1
-        self.reasons.setdefault(source, reason)
+        reasons = self.reasons.setdefault(source, [])
+        if reason not in reasons:
+            reasons.append(reason)
 
     def warn(self) -> None:
         """One warning per log with stale records since the last call."""
         for source, count in self.counts.items():
             logger.warning("%s: skipped %d stale record%s (%s); tune again to replace them", source, count,
-                           "" if count == 1 else "s", self.reasons[source])
+                           "" if count == 1 else "s", "; ".join(self.reasons[source]))
         self.counts.clear()
+        self.reasons.clear()
 
 
 def bind_record(config: Any, task: Any, stale: StaleRecords) -> Any:
