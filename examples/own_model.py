@@ -6,6 +6,8 @@ PyTorch -> torch.export -> Relax -> one task per tunable function -> tune each -
 best records -> run in the Relax VM -> export a shared library.
 """
 
+import os
+
 import numpy as np
 import torch
 import tvm
@@ -30,14 +32,16 @@ target = autotvm.make_target("llvm")
 tasks = autotvm.task.extract_from_program(mod, target, params)
 
 # 3. tune every task into one log
+os.makedirs("results", exist_ok=True)
+LOG = "results/own_model.json"
 option = autotvm.measure_option(builder=autotvm.LocalBuilder(n_parallel=2), runner=autotvm.LocalRunner(number=3))
 for task in tasks:
     tuner = GADQNTuner(task, seed=0)
     tuner.tune(n_trial=min(16, len(task.config_space)), measure_option=option,
-               callbacks=[autotvm.callback.log_to_file("own_model.json")])
+               callbacks=[autotvm.callback.log_to_file(LOG)])
 
 # 4. build with the best records, for the same target the tasks were tuned for
-with autotvm.apply_history_best("own_model.json"):
+with autotvm.apply_history_best(LOG):
     exe = autotvm.build_program(mod, tasks[0].target, params)
 
 # 5. run it in the Relax VM and check it against PyTorch
@@ -48,5 +52,5 @@ print("median ms:", 1e3 * np.median(vm.time_evaluator("main", tvm.cpu(), number=
     tvm.runtime.tensor(example.numpy())).results))
 
 # 6. ship it: a shared library any TVM runtime loads with tvm.runtime.load_module
-exe.export_library("own_model.so")
-print("wrote own_model.json (records) and own_model.so (the tuned model)")
+exe.export_library("results/own_model.so")
+print(f"wrote {LOG} (records) and results/own_model.so (the tuned model)")
