@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
-from .record import StaleRecords, _freeze, _target_kind, best_by_workload, bind_record, load_records, workload_key
+from .record import StaleRecords, best_by_workload, bind_record, load_records, lookup_key, workload_key
 
 _local = threading.local()
 
@@ -38,8 +39,7 @@ class ApplyHistoryBest:
     """
 
     def __init__(self, records: Any) -> None:
-        if not isinstance(records, (str, bytes)) and not hasattr(records, "__iter__") and \
-                not hasattr(records, "__fspath__"):
+        if not isinstance(records, (str, os.PathLike)) and not hasattr(records, "__iter__"):
             raise TypeError(f"apply_history_best takes a log path, a list of paths or (input, result) pairs, "
                             f"got {records!r}")
         self.best = best_by_workload(load_records(records))
@@ -51,12 +51,12 @@ class ApplyHistoryBest:
         workload (``(name, *args)``), unbound."""
         if workload is None:
             task = target
-            for inp, _ in self.best.get((task.target.kind.name, workload_key(task)), []):
+            for inp, _ in self.best.get(lookup_key(task.target, workload_key(task)), []):
                 cfg = bind_record(inp.config, task, self.stale)
                 if cfg is not None:
                     return cfg
             return None
-        hits = self.best.get((_target_kind(target), _freeze(tuple(workload))), [])
+        hits = self.best.get(lookup_key(target, workload), [])
         return hits[0][0].config if hits else None
 
     def __enter__(self) -> "ApplyHistoryBest":

@@ -81,7 +81,7 @@ def bind_record(config: Any, task: Any, stale: StaleRecords) -> Any:
     try:
         return config.bind(task)
     except InstantiationError as err:
-        stale.add(config, str(err).split(";")[0])
+        stale.add(config, str(err))
         return None
 
 
@@ -100,6 +100,11 @@ class RecordTask:
 
 def _freeze(value: Any) -> Any:
     return tuple(_freeze(v) for v in value) if isinstance(value, (list, tuple)) else value
+
+
+def lookup_key(target: Any, workload: Any) -> tuple:
+    """The key records are grouped by: (target kind, workload as ``(name, *args)``, hashable)."""
+    return (_target_kind(target), _freeze(tuple(workload)))
 
 
 def workload_key(task: Any) -> tuple:
@@ -174,7 +179,7 @@ def best_by_workload(records: Iterable[tuple[MeasureInput, MeasureResult]]
     groups: dict[tuple, list[tuple[MeasureInput, MeasureResult]]] = {}
     for inp, res in records:
         if res.ok and math.isfinite(res.mean_cost) and res.mean_cost > 0:
-            groups.setdefault((_target_kind(inp.target), workload_key(inp.task)), []).append((inp, res))
+            groups.setdefault(lookup_key(inp.target, workload_key(inp.task)), []).append((inp, res))
     for group in groups.values():
         group.sort(key=lambda pair: pair[1].mean_cost)
     return groups

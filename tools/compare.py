@@ -330,17 +330,28 @@ def geomean_ratio_interval(runs: Iterable[dict], tuner: str, baseline: str, leve
     return float(low), float(high)
 
 
-def ratio_lines(rows: list[dict], runs: list[dict], pairs: Iterable[tuple[str, str]]) -> list[str]:
-    """One line per (tuner, baseline) pair present in ``rows``: the geometric-mean ratio of the
-    medians and its 90% bootstrap interval over seeds."""
-    lines = []
+def ratios_with_intervals(rows: list[dict], runs: list[dict],
+                          pairs: Iterable[tuple[str, str]]) -> list[tuple[str, str, float, float, float]]:
+    """(tuner, baseline, geometric-mean ratio of the medians, and its 90% bootstrap interval over
+    seeds) of each pair present in ``rows``."""
+    out = []
     for tuner, base in pairs:
         ratio = geomean_ratio(rows, tuner, base)
         if ratio is not None:
-            low, high = geomean_ratio_interval(runs, tuner, base)
-            lines.append(f"{tuner} / {base}: geometric mean {ratio:.3f} (90% bootstrap interval over seeds "
-                         f"{low:.3f}-{high:.3f})")
-    return lines
+            out.append((tuner, base, ratio, *geomean_ratio_interval(runs, tuner, base)))
+    return out
+
+
+def format_ratios(ratios: list[tuple[str, str, float, float, float]]) -> list[str]:
+    """One line per ``ratios_with_intervals`` entry."""
+    return [f"{tuner} / {base}: geometric mean {ratio:.3f} (90% bootstrap interval over seeds {low:.3f}-{high:.3f})"
+            for tuner, base, ratio, low, high in ratios]
+
+
+def ratio_lines(rows: list[dict], runs: list[dict], pairs: Iterable[tuple[str, str]]) -> list[str]:
+    """One line per (tuner, baseline) pair present in ``rows``: the geometric-mean ratio of the
+    medians and its 90% bootstrap interval over seeds."""
+    return format_ratios(ratios_with_intervals(rows, runs, pairs))
 
 
 def format_table(rows: list[dict]) -> str:

@@ -21,8 +21,8 @@ import numpy as np
 
 from rl_tuner.gadqn_tuner import REWARDS
 
-from .compare import (geomean_ratio_interval, ratio_lines, remeasure_bests, remeasured_ratio_lines, remeasured_runs, run_metaschedule,
-                      run_tuner, summarise)
+from .compare import (format_ratios, ratio_lines, ratios_with_intervals, remeasure_bests, remeasured_ratio_lines,
+                      remeasured_runs, run_metaschedule, run_tuner, summarise)
 from .config import ConfigError, writable_dir
 from .measure_setup import measure_option_from_settings
 from .plots import hyperparameter_bars, monitor_plots, tuning_curves
@@ -95,10 +95,9 @@ class Experiment:
         labelled = [dict(r, tuner=r["label"]) for r in self.runs]
         rows = summarise(labelled)
         self._write_csv("summary.csv", rows)
-        ratios = ratio_lines(rows, labelled, pairs or [])
-        intervals = [geomean_ratio_interval(labelled, tuner, base) for tuner, base in pairs or []]
-        intervals = [i for i in intervals if i is not None]
-        if intervals and all(low <= 1.0 <= high for low, high in intervals):
+        measured = ratios_with_intervals(rows, labelled, pairs or [])
+        ratios = format_ratios(measured)
+        if measured and all(low <= 1.0 <= high for *_, low, high in measured):
             ratios.append(f"Nothing above is settled: every 90% interval includes 1 with {len(self.seeds)} seed(s) per "
                           "variant; raise experiments.repeats to tell the tuners apart (docs/findings.md used 21).")
         if self.config["experiments"]["remeasure"]:
