@@ -13,11 +13,13 @@ from typing import Any, Iterator
 import jsonschema
 
 from autotvm.env import AutoTVMError
+from autotvm.tuner.task_scheduler import STRATEGIES
 from autotvm.task.relax_integration import CONV_ALGORITHMS, CONV_LAYOUTS
 
 from rl_tuner.dqn import DQNConfig
 
 from .models import HF_MODELS, MODEL_TYPES
+from .runtimes import VARIANTS
 from .tuners import TUNER_OPTIONS, TUNERS, base_tuner, wrong_type
 from .workloads import WORKLOADS
 
@@ -57,6 +59,8 @@ SCHEMA: dict = {
             "properties": {
                 "tuner": _with({"enum": list(TUNERS)}, "ga-dqn"),
                 "trials": _with(_POSITIVE_INT, 64),
+                "model_trials": _with({"oneOf": [{"type": "null"}, _POSITIVE_INT]}, None),
+                "task_scheduler": _with({"enum": list(STRATEGIES)}, "gradient"),
                 "early_stopping": _with({"oneOf": [{"type": "null"}, _POSITIVE_INT]}, None),
                 "number": _with(_POSITIVE_INT, 3), "repeat": _with(_POSITIVE_INT, 3),
                 "min_repeat_ms": _with({"type": "integer", "minimum": 0}, 0),
@@ -74,7 +78,10 @@ SCHEMA: dict = {
             }}, {}),
         "run_settings": _with({
             "type": "object", "additionalProperties": False,
-            "properties": {"repeat": _with(_POSITIVE_INT, 10), "number": _with(_POSITIVE_INT, 5),
+            "properties": {"repeat": _with(_POSITIVE_INT, 10),
+                           "number": _with({"oneOf": [{"type": "null"}, _POSITIVE_INT]}, None),
+                           "variants": _with({"type": "array", "items": {"enum": list(VARIANTS)}, "minItems": 1,
+                                              "uniqueItems": True}, list(VARIANTS)),
                            "profile": _with({"type": "boolean"}, False),
                            "rtol": _with({"type": "number", "exclusiveMinimum": 0}, 1e-3),
                            "atol": _with({"type": "number", "exclusiveMinimum": 0}, 1e-3)}}, {}),

@@ -45,16 +45,17 @@ class Model:
 
         with torch.no_grad():
             out = self.module(*self.inputs)
-        return [t.detach().numpy() for t in _flatten(out)]
+        return [t.detach().numpy() for t in flatten(out)]
 
 
-def _flatten(out: Any) -> list:
+def flatten(out: Any) -> list:
+    """The leaf tensors of a model's output (tuples, lists, dicts, Hugging Face outputs)."""
     if hasattr(out, "to_tuple"):
         out = out.to_tuple()
     if isinstance(out, (list, tuple)):
-        return [t for item in out for t in _flatten(item)]
+        return [t for item in out for t in flatten(item)]
     if isinstance(out, dict):
-        return [t for item in out.values() for t in _flatten(item)]
+        return [t for item in out.values() for t in flatten(item)]
     return [out]
 
 

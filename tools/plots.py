@@ -44,9 +44,9 @@ def tuning_curves(runs: Iterable[dict], path: str, title: str, label_key: str = 
     _save(fig, path)
 
 
-def bar_chart(rows: list[dict], path: str) -> None:
+def bar_chart(rows: list[dict], path: str, subtitle: str = "") -> None:
     """Inference time per model and variant: the median, with error bars from the min to the max
-    of the timed repeats (means would let one outlier become the picture)."""
+    of the timed rounds (means would let one outlier become the picture)."""
     models = list(dict.fromkeys(r["model"] for r in rows))
     variants = list(dict.fromkeys(r["variant"] for r in rows))
     width = 0.8 / len(variants)
@@ -61,7 +61,8 @@ def bar_chart(rows: list[dict], path: str) -> None:
     ax.set_xticks(np.arange(len(models)) + width * (len(variants) - 1) / 2, models)
     ax.set_ylabel("inference time, ms (lower is better)")
     ax.set_yscale("log")
-    ax.set_title("Inference time per model: median, min-max bars", fontsize=11)
+    ax.set_title("Inference time per model: median, min-max bars" + (f"\n{subtitle}" if subtitle else ""),
+                 fontsize=11)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, frameon=False)
     ax.grid(axis="y", alpha=0.3)
     _save(fig, path)

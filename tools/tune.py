@@ -1,8 +1,10 @@
 """``driver.py -m=tune``: extract each model's tasks, tune them, log records, print a summary.
 
-Records go to ``<save_path>/<save_name>-<model>.json`` in AutoTVM's format. Re-running with the
-same log resumes: each task's past records are loaded first and never measured again, and only
-the trials still missing from its budget are run.
+Records go to ``<save_path>/<save_name>-<model>.json`` in AutoTVM's format. Each task is tuned
+for ``trials``, or, with ``model_trials``, the model's budget is spread over its tasks by a task
+scheduler (``autotvm.tuner.task_scheduler``). Re-running with the same log resumes: each task's
+past records are loaded first and never measured again, and only the trials still missing from
+the budget are run.
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ import time
 from typing import Any
 
 import tabulate
+from tqdm import tqdm
 
 import autotvm
 from autotvm.record import load_from_file, workload_key
+from autotvm.tuner.task_scheduler import TaskScheduler, TaskState
 
 from .config import writable_dir
 from .measure_setup import measure_option_from_settings
@@ -51,6 +55,9 @@ def conv_options(spec: dict) -> dict:
     return {key: spec[key] for key in ("conv_layout", "conv_algorithm") if key in spec}
 
 
+ROUND_TRIALS = 16  # trials a task scheduler gives at a time: one GA-DQN generation at its default pop_size
+
+
 def tune_models(config: dict) -> list[dict]:
     settings = config["autotuner_settings"]
     writable_dir(settings["save_path"], "autotuner_settings.save_path")
@@ -59,37 +66,74 @@ def tune_models(config: dict) -> list[dict]:
     summary = []
     for spec in config["models"]:
         _, _, _, tasks = model_tasks(spec, target)
-        log = log_path(settings, spec["name"])
-        past = list(load_from_file(log)) if os.path.exists(log) else []
-        print(f"== {spec['name']}: {len(tasks)} tasks, {settings['tuner']} tuner, {settings['trials']} trials each, "
-              f"log {log}", flush=True)
-        for i, task in enumerate(tasks):
-            summary.append(_tune_task(task, i, len(tasks), spec["name"], settings, option, log, past))
+        summary += _tune_model(spec["name"], tasks, settings, option)
     print(format_summary(summary))
     for spec in config["models"]:
         print(f"records of {spec['name']}: {log_path(settings, spec['name'])}")
-    print("build with them: python driver.py -m=benchmark -c <this config> (times them against PyTorch), or in "
-          "Python: with autotvm.apply_history_best(log): exe = autotvm.build_program(mod, target, params) "
-          "(README, \"Use the tuned model in your program\")")
+    print("build with them: python driver.py -m=benchmark -c <this config> (times them against PyTorch and the "
+          "other runtimes), or in Python: with autotvm.apply_history_best(log): exe = autotvm.build_program(mod, "
+          "target, params) (README, \"Use the tuned model in your program\")")
     return summary
 
 
-def _tune_task(task: Any, i: int, n_tasks: int, model: str, settings: dict, option: dict, log: str,
-               past: list) -> dict:
-    tuner = make_tuner(settings["tuner"], task, seed=settings["seed"], **settings.get("tuner_options", {}))
-    mine = [r for r in past if workload_key(r[0].task) == workload_key(task)]
-    done = tuner.load_history(mine) if mine else 0
-    remaining = min(settings["trials"], task.config_space.range_length) - done
+def _tune_model(name: str, tasks: list, settings: dict, option: dict) -> list[dict]:
+    """Tune one model's tasks: each up to ``trials`` in turn, or, with ``model_trials``, within that
+    budget spread by the task scheduler. Past records in the log are loaded first, never re-measured."""
+    log = log_path(settings, name)
+    past = list(load_from_file(log)) if os.path.exists(log) else []
+    tuners, loaded = [], []
+    for task in tasks:
+        tuner = make_tuner(settings["tuner"], task, seed=settings["seed"], **settings.get("tuner_options", {}))
+        mine = [r for r in past if workload_key(r[0].task) == workload_key(task)]
+        loaded.append(tuner.load_history(mine) if mine else 0)
+        tuners.append(tuner)
+    log_callback = autotvm.callback.log_to_file(log)
+    if settings["model_trials"] is None:
+        print(f"== {name}: {len(tasks)} tasks, {settings['tuner']} tuner, {settings['trials']} trials each, log {log}",
+              flush=True)
+        states = [_tune_in_turn(i, task, tuner, done, settings, option, log_callback, len(tasks))
+                  for i, (task, tuner, done) in enumerate(zip(tasks, tuners, loaded))]
+    else:
+        states = _tune_scheduled(name, tasks, tuners, loaded, settings, option, log_callback, log)
+    return [{"model": name, "task": s.task.name, "weight": s.task.weight, "configs": s.task.config_space.range_length,
+             "trials": s.trials, "resumed": done, "best_gflops": s.tuner.best_flops / 1e9, "seconds": s.seconds,
+             "rejected": s.tuner.rejected} for s, done in zip(states, loaded)]
+
+
+def _tune_in_turn(i: int, task: Any, tuner: Any, done: int, settings: dict, option: dict, log_callback: Any,
+                  n_tasks: int) -> TaskState:
+    state = TaskState(task, tuner, min(settings["trials"], task.config_space.range_length), trials=done)
+    remaining = state.cap - done
     start = time.perf_counter()
     if remaining > 0:
-        prefix = f"[{i + 1}/{n_tasks}] {task.name}"
         tuner.tune(remaining, option, early_stopping=settings["early_stopping"],
-                   callbacks=[autotvm.callback.progress_bar(remaining, prefix=prefix),
-                              autotvm.callback.log_to_file(log)])
-    return {"model": model, "task": task.name, "weight": task.weight, "configs": task.config_space.range_length,
-            "trials": done + len(tuner.history),
-            "resumed": done, "best_gflops": tuner.best_flops / 1e9, "seconds": time.perf_counter() - start,
-            "rejected": tuner.rejected}
+                   callbacks=[autotvm.callback.progress_bar(remaining, prefix=f"[{i + 1}/{n_tasks}] {task.name}"),
+                              log_callback])
+    state.trials += len(tuner.history)
+    state.seconds = time.perf_counter() - start
+    return state
+
+
+def _tune_scheduled(name: str, tasks: list, tuners: list, loaded: list, settings: dict, option: dict,
+                    log_callback: Any, log: str) -> list[TaskState]:
+    scheduler = TaskScheduler(tasks, tuners, settings["model_trials"], settings["trials"], settings["task_scheduler"],
+                              ROUND_TRIALS, loaded)
+    tunable = sum(1 for s in scheduler.states if s.task.config_space.range_length > 1)
+    budget = min(settings["model_trials"], sum(s.cap for s in scheduler.states if s.cap > 1))
+    print(f"== {name}: {len(tasks)} tasks ({tunable} tunable), {settings['tuner']} tuner, {settings['model_trials']} "
+          f"trials for the model ({settings['task_scheduler']} task scheduler, at most {settings['trials']} per task), "
+          f"log {log}", flush=True)
+    bar = tqdm(total=budget, initial=min(scheduler.used, budget), desc=name, unit="trial", dynamic_ncols=True)
+
+    def on_round(state: TaskState, measured: int) -> None:
+        bar.set_postfix_str(f"{state.task.name[:28]}  est. {1e3 * scheduler.estimated_latency():.3f} ms", refresh=False)
+        bar.update(measured)
+
+    try:
+        scheduler.tune(option, settings["early_stopping"], [log_callback], on_round)
+    finally:
+        bar.close()
+    return scheduler.states
 
 
 def format_summary(rows: list[dict]) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import signal
 import threading
 import time
@@ -197,11 +198,11 @@ class Tuner:
     def _loop(self, measure_batch: Callable, n_parallel: int, n_trial: int, early_stopping: int | None,
               callbacks: Iterable[Callable], interrupted: Callable[[], bool]) -> None:
         self.n_trial = n_trial
-        self.early_stopping = early_stopping if early_stopping is not None else n_trial + 1
+        self.early_stopping = early_stopping if early_stopping is not None else math.inf
         callbacks = list(callbacks)
         start = time.perf_counter()
         i = error_ct = 0
-        self.best_iter = 0
+        offset = len(self.history)  # trials of earlier tune() calls: numbering and early stopping go on from them
         while i < n_trial and self._timed(self.has_next):
             configs = self._next_valid_batch(min(n_parallel, n_trial - i))
             if not configs:
@@ -216,23 +217,23 @@ class Tuner:
                 flops = self.flops_of(res)
                 if flops > self.best_flops:
                     self.best_flops, self.best_config = flops, inp.config
-                    self.best_measure_pair, self.best_iter = (inp, res), i + k
+                    self.best_measure_pair, self.best_iter = (inp, res), offset + i + k
                 error_ct = 0 if res.ok else error_ct + 1
-                self.history.append({"trial": i + k, "index": inp.config.index, "flops": flops,
+                self.history.append({"trial": offset + i + k, "index": inp.config.index, "flops": flops,
                                      "best_flops": self.best_flops, "error_no": int(res.error_no),
                                      "elapsed": time.perf_counter() - start})
                 # AutoTVM's per-trial line at DEBUG level
-                logger.debug("No: %d\tGFLOPS: %.2f/%.2f\tresult: %s\t%s", i + k + 1, flops / 1e9,
+                logger.debug("No: %d\tGFLOPS: %.2f/%.2f\tresult: %s\t%s", offset + i + k + 1, flops / 1e9,
                              self.best_flops / 1e9, res, inp.config)
             i += len(results)
-            self.ttl = min(self.early_stopping + self.best_iter, n_trial) - i
+            self.ttl = min(self.best_iter + self.early_stopping - offset - i, n_trial - i)
             self._timed(self.update, inputs, results)
             for callback in callbacks:
                 callback(self, inputs, results)
             if interrupted():
                 raise KeyboardInterrupt
-            if i >= self.best_iter + self.early_stopping:
-                logger.info("early stopped at trial %d: no improvement in %d trials", i, self.early_stopping)
+            if offset + i >= self.best_iter + self.early_stopping:
+                logger.info("early stopped at trial %d: no improvement in %d trials", offset + i, self.early_stopping)
                 break
             if error_ct > self.error_ct_threshold:
                 logger.warning("%d consecutive failed trials; last error: %s", error_ct, results[-1].error_message)

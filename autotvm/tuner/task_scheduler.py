@@ -1,0 +1,139 @@
+"""Spread one model's trial budget over its tasks, where it lowers the model's latency most.
+
+A model's latency is estimated as ``sum(weight_i * latency_i)``: each task's best measured
+latency times how often the model calls it. ``gradient`` (Ansor's task scheduler, MetaSchedule's
+``GradientBased``) gives the next round to the task whose weighted latency is expected to drop
+fastest per trial: a backward estimate (how much the last ``window`` rounds gained) blended with an
+optimistic forward one (that doubling the task's trials could halve what is left). A task leaves
+the schedule when it reaches ``per_task_trials``, exhausts its space or its tuner stops early.
+``round-robin`` gives every task a round in turn. Tasks whose space has one config are not tuned.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+from ..env import AutoTVMError
+
+logger = logging.getLogger("autotvm")
+
+STRATEGIES = ("gradient", "round-robin")
+ALPHA = 0.2  # weight of the backward (observed) gradient against the optimistic forward one (Ansor's alpha)
+WINDOW = 3  # rounds the backward gradient looks back over (Ansor's backward_window_size)
+FAILED_ROUNDS_LIMIT = 2  # a task with no valid measurement after this many rounds gets no more
+
+
+@dataclass
+class TaskState:
+    """One task's place in the schedule."""
+
+    task: Any
+    tuner: Any
+    cap: int  # trials this task may take at most
+    trials: int = 0  # trials measured so far, loaded records included
+    rounds: int = 0
+    seconds: float = 0.0
+    done: bool = False
+    latencies: list[float] = field(default_factory=list)  # best latency (s) after each round
+
+    @property
+    def latency(self) -> float:
+        """Best measured latency in seconds (inf before any valid measurement)."""
+        flops = self.tuner.best_flops
+        return self.task.flop / flops if flops > 0 else math.inf
+
+
+class TaskScheduler:
+    """Tune ``tasks`` (each with its ``tuners`` entry) within ``model_trials`` trials in all.
+
+    ``per_task_trials`` caps each task; ``loaded`` gives the trials each tuner already holds (from
+    ``load_history``), which count against both budgets. ``round_trials`` is the size of one round
+    (a GA generation is a natural choice). ``tune`` runs the schedule; ``on_round(state, measured)``
+    is called after each round (progress display), and ``callbacks`` go to every ``Tuner.tune``.
+    """
+
+    def __init__(self, tasks: Sequence[Any], tuners: Sequence[Any], model_trials: int, per_task_trials: int,
+                 strategy: str = "gradient", round_trials: int = 16, loaded: Sequence[int] | None = None) -> None:
+        if strategy not in STRATEGIES:
+            raise AutoTVMError(f"task scheduler {strategy!r} is not allowed; allowed: {', '.join(STRATEGIES)}")
+        if len(tasks) != len(tuners):
+            raise AutoTVMError(f"tasks and tuners must pair up: {len(tasks)} tasks, {len(tuners)} tuners")
+        for name, value in (("model_trials", model_trials), ("per_task_trials", per_task_trials),
+                            ("round_trials", round_trials)):
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise AutoTVMError(f"{name} must be a positive integer, got {value!r}")
+        loaded = list(loaded) if loaded is not None else [0] * len(tasks)
+        self.strategy, self.round_trials, self.model_trials = strategy, round_trials, model_trials
+        self.states = [TaskState(task, tuner, min(per_task_trials, task.config_space.range_length), trials=done)
+                       for task, tuner, done in zip(tasks, tuners, loaded)]
+        for state in self.states:
+            state.done = state.task.config_space.range_length <= 1 or state.trials >= state.cap
+            if state.trials:
+                state.latencies.append(state.latency)
+        self._turn = 0
+
+    @property
+    def used(self) -> int:
+        return sum(s.trials for s in self.states)
+
+    def estimated_latency(self) -> float:
+        """``sum(weight * best latency)`` over the tasks with a valid measurement, in seconds."""
+        return sum(s.task.weight * s.latency for s in self.states if math.isfinite(s.latency))
+
+    def next_task(self) -> TaskState | None:
+        """The task that gets the next round, or None when none is left."""
+        open_states = [s for s in self.states if not s.done]
+        if not open_states:
+            return None
+        warm_up = [s for s in open_states if s.rounds == 0 and not s.trials]
+        if warm_up:  # every task is measured once before any gradient is trusted
+            return warm_up[0]
+        if self.strategy == "round-robin":
+            for step in range(len(self.states)):
+                state = self.states[(self._turn + step) % len(self.states)]
+                if not state.done:
+                    self._turn = (self._turn + step + 1) % len(self.states)
+                    return state
+        return min(open_states, key=self._gradient)
+
+    def _gradient(self, state: TaskState) -> float:
+        """d(model latency)/d(trials) expected from one more round of ``state`` (more negative: better)."""
+        latency = state.latency
+        if not math.isfinite(latency):  # measured, but nothing valid yet: try it before refining others
+            return -math.inf
+        history = state.latencies
+        back = history[-min(WINDOW, len(history))] if history else latency
+        span = max(1, min(WINDOW, len(history)) - 1) * self.round_trials
+        backward = (latency - back) / span
+        forward = -latency / max(1, state.trials)
+        return state.task.weight * (ALPHA * backward + (1 - ALPHA) * forward)
+
+    def tune(self, measure_option: dict, early_stopping: int | None = None, callbacks: Iterable[Callable] = (),
+             on_round: Callable[[TaskState, int], None] | None = None) -> None:
+        """Give rounds to tasks until the model budget is spent or every task is done."""
+        callbacks = list(callbacks)
+        while self.used < self.model_trials:
+            state = self.next_task()
+            if state is None:
+                break
+            size = min(self.round_trials, state.cap - state.trials, self.model_trials - self.used)
+            before = len(state.tuner.history)
+            start = time.perf_counter()
+            state.tuner.tune(size, measure_option, early_stopping=early_stopping, callbacks=callbacks)
+            state.seconds += time.perf_counter() - start
+            measured = len(state.tuner.history) - before
+            state.trials += measured
+            state.rounds += 1
+            state.latencies.append(state.latency)
+            stopped_early = measured < size  # the tuner's space ran out or its early stopping fired
+            failing = not math.isfinite(state.latency) and state.rounds >= FAILED_ROUNDS_LIMIT
+            if failing:
+                logger.warning("%s: no valid measurement in %d rounds; it gets no more trials", state.task.name,
+                               state.rounds)
+            state.done = stopped_early or failing or state.trials >= state.cap
+            if on_round is not None:
+                on_round(state, measured)

@@ -1,0 +1,89 @@
+"""The task scheduler: a model's budget spread over its tasks (gradient-based, round-robin)."""
+
+import json
+import math
+
+import pytest
+
+from autotvm.env import AutoTVMError
+from autotvm.tuner import RandomTuner
+from autotvm.tuner.task_scheduler import TaskScheduler
+from synthetic import SyntheticTask, synthetic_measure
+from test_driver import driver, tiny_config
+
+
+class SyntheticRandomTuner(RandomTuner):
+    """A random tuner measuring a synthetic objective: the scheduler's choices, without builds."""
+
+    def tune(self, n_trial, measure_option, early_stopping=None, callbacks=()):
+        self.run_loop(synthetic_measure(self.task), 2, n_trial, early_stopping, callbacks)
+
+
+def _task(name, weight, dims=(8, 8, 8), peak=10.0):
+    task = SyntheticTask(dims, lambda knob: 1.0 + peak * (knob[0] / 7.0) * (knob[1] / 7.0), name=name)
+    task.weight = weight
+    return task
+
+
+def test_gradient_gives_the_trials_to_the_task_that_costs_the_model_most():
+    heavy, light, fixed = _task("heavy", 20), _task("light", 1), _task("fixed", 5, dims=(1,))
+    tuners = [SyntheticRandomTuner(t, seed=0) for t in (heavy, light, fixed)]
+    scheduler = TaskScheduler([heavy, light, fixed], tuners, model_trials=160, per_task_trials=120,
+                              strategy="gradient", round_trials=8)
+    scheduler.tune(measure_option={})
+    trials = {s.task.name: s.trials for s in scheduler.states}
+    assert sum(trials.values()) == 160
+    assert trials["fixed"] == 0  # one config: nothing to tune
+    assert trials["heavy"] > 2 * trials["light"] >= 16  # both warmed up; the heavy one takes most
+    assert trials["heavy"] <= 120
+    assert math.isfinite(scheduler.estimated_latency())
+
+
+def test_round_robin_spreads_evenly_and_respects_the_caps():
+    tasks = [_task(f"t{i}", 1 + 10 * i) for i in range(3)]
+    tuners = [SyntheticRandomTuner(t, seed=0) for t in tasks]
+    scheduler = TaskScheduler(tasks, tuners, model_trials=1000, per_task_trials=24, strategy="round-robin",
+                              round_trials=8)
+    scheduler.tune(measure_option={})
+    assert [s.trials for s in scheduler.states] == [24, 24, 24]  # capped: the model budget is not all spent
+
+
+def test_loaded_trials_count_against_both_budgets():
+    tasks = [_task("a", 1), _task("b", 1)]
+    tuners = [SyntheticRandomTuner(t, seed=0) for t in tasks]
+    scheduler = TaskScheduler(tasks, tuners, model_trials=40, per_task_trials=30, round_trials=8, loaded=[30, 0])
+    scheduler.tune(measure_option={})
+    assert [s.trials for s in scheduler.states] == [30, 10]
+
+
+def test_bad_arguments_are_named():
+    tasks = [_task("a", 1)]
+    with pytest.raises(AutoTVMError, match="allowed: gradient, round-robin"):
+        TaskScheduler(tasks, [RandomTuner(tasks[0])], 10, 10, strategy="fastest")
+    with pytest.raises(AutoTVMError, match="model_trials must be a positive integer"):
+        TaskScheduler(tasks, [RandomTuner(tasks[0])], 0, 10)
+
+
+def test_driver_spreads_model_trials_and_resumes(tmp_path):
+    path, config = tiny_config(tmp_path, models=[{"name": "mlp", "type": "torch", "model": "mlp", "width": 64,
+                                                  "batch": 4}])
+    config["autotuner_settings"].update(trials=16, model_trials=20)
+    with open(path, "w") as handle:
+        json.dump(config, handle)
+    result = driver("-m=tune", f"-c={path}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "20 trials for the model (gradient task scheduler" in result.stdout
+    log = tmp_path / "out" / "t-mlp.json"
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    per_task = {}
+    for record in records:
+        per_task[record["input"][1]] = per_task.get(record["input"][1], 0) + 1
+    assert len(records) == 20 and len(per_task) == 2 and max(per_task.values()) <= 16
+    config["autotuner_settings"]["model_trials"] = 28  # a larger budget: only the 8 missing trials run
+    with open(path, "w") as handle:
+        json.dump(config, handle)
+    result = driver("-m=tune", f"-c={path}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(records) == 28
+    assert len({(r["input"][1], r["config"]["index"]) for r in records}) == 28  # nothing measured twice
