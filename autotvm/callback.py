@@ -3,26 +3,27 @@
 from __future__ import annotations
 
 import os
-import time
 from typing import Any, Callable, Sequence
 
-from .record import encode
+from .record import append_records, claim_log, encode
 
 _SI = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 
 
 def log_to_file(file_or_path: Any) -> Callable:
-    """Append one JSON line per trial (AutoTVM's record layout), flushed after every batch.
+    """Append one JSON line per trial (AutoTVM's record layout), written and flushed to the disk
+    after every batch.
 
-    Only real measurements reach the log; a batch is written as soon as it is measured, so an
-    interrupted run leaves a valid log that a later run can resume from.
+    Only real measurements reach the log; a batch is written as soon as it is measured, as whole
+    lines, so an interrupted run leaves a valid log that a later run can resume from. A path is
+    claimed for this process (``record.claim_log``): a second process writing the same log is
+    refused at once, and a full disk stops the tuning with what was saved and how to resume.
     """
 
     def _callback(_tuner: Any, inputs: Sequence, results: Sequence) -> None:
         lines = "".join(encode(inp, res) + "\n" for inp, res in zip(inputs, results))
         if isinstance(file_or_path, (str, os.PathLike)):
-            with open(file_or_path, "a", encoding="utf-8") as handle:
-                handle.write(lines)
+            append_records(file_or_path, lines, len(inputs))
         else:
             file_or_path.write(lines)
             file_or_path.flush()
@@ -33,30 +34,37 @@ def log_to_file(file_or_path: Any) -> Callable:
             from .env import AutoTVMError
 
             raise AutoTVMError(f"cannot write the log {str(file_or_path)!r}: its folder is missing or not writable")
+        claim_log(file_or_path)
     return _callback
 
 
 def progress_bar(total: int, prefix: str = "", si_prefix: str = "G", file: Any = None) -> Callable:
-    """A tqdm bar showing current and best FLOPS, trials done and elapsed time."""
-    from tqdm import tqdm
-
+    """A tqdm bar showing current and best FLOPS, trials done and elapsed time. Call its
+    ``close()`` when tuning stops early on an error, so the bar ends before the message."""
     if si_prefix not in _SI:
         raise ValueError(f"unknown si_prefix {si_prefix!r}; allowed: {', '.join(_SI)}")
-    scale = _SI[si_prefix]
-    state: dict = {"bar": None}
+    return _ProgressBar(total, prefix, si_prefix, file)
 
-    def _callback(tuner: Any, inputs: Sequence, results: Sequence) -> None:
-        if state["bar"] is None:
-            state["bar"] = tqdm(total=total, desc=prefix or tuner.task.name, unit="trial", file=file,
-                                dynamic_ncols=True, leave=True)
-            state["start"] = time.perf_counter()
+
+class _ProgressBar:
+    def __init__(self, total: int, prefix: str, si_prefix: str, file: Any) -> None:
+        self.total, self.prefix, self.si_prefix, self.file = total, prefix, si_prefix, file
+        self.bar: Any = None
+
+    def __call__(self, tuner: Any, inputs: Sequence, results: Sequence) -> None:
+        from tqdm import tqdm
+
+        if self.bar is None:
+            self.bar = tqdm(total=self.total, desc=self.prefix or tuner.task.name, unit="trial", file=self.file,
+                            dynamic_ncols=True, leave=True)
+        scale = _SI[self.si_prefix]
         current = max((tuner.flops_of(r) for r in results), default=0.0)
-        bar = state["bar"]
-        bar.set_postfix_str(f"Current/Best: {current / scale:7.2f}/{tuner.best_flops / scale:7.2f} {si_prefix}FLOPS",
-                            refresh=False)
-        bar.update(len(results))
-        done = len(tuner.history) >= total or (tuner.ttl is not None and tuner.ttl <= 0)
-        if done:
-            bar.close()
+        self.bar.set_postfix_str(f"Current/Best: {current / scale:7.2f}/{tuner.best_flops / scale:7.2f} "
+                                 f"{self.si_prefix}FLOPS", refresh=False)
+        self.bar.update(len(results))
+        if len(tuner.history) >= self.total or (tuner.ttl is not None and tuner.ttl <= 0):
+            self.close()
 
-    return _callback
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()

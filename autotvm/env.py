@@ -12,6 +12,7 @@ import inspect
 import sys
 from typing import Any
 
+import numpy as np
 import tvm
 
 SUPPORTED_TARGET_KINDS = ("llvm", "cuda")
@@ -56,6 +57,7 @@ def make_target(target: Any) -> tvm.target.Target:
         )
     if kind == "llvm":
         spec = _host_defaults(spec)
+        _check_mcpu(spec)
     elif kind == "cuda":
         spec = _cuda_defaults(spec)
     try:
@@ -63,6 +65,45 @@ def make_target(target: Any) -> tvm.target.Target:
     except Exception as err:  # TVM's message is long; keep its first line
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise AutoTVMError(f"invalid target {spec!r}: {first}") from None
+
+
+def _check_mcpu(spec: dict) -> None:
+    """LLVM takes an unknown ``mcpu`` with a warning and emits generic code: a tune for a CPU that
+    was misspelt would run at a fraction of the speed, with exit code 0."""
+    from tvm.target import codegen
+
+    mcpu = spec.get("mcpu")
+    if mcpu is None:
+        return
+    probe = tvm.target.Target({key: spec[key] for key in ("kind", "mtriple") if key in spec})
+    known = list(codegen.llvm_get_cpu_archlist(probe))
+    if known and mcpu not in known:
+        close = [name for name in known if name.startswith(str(mcpu)[:4])][:6]
+        raise AutoTVMError(f"target mcpu {mcpu!r} is not a CPU LLVM knows for this triple; leave mcpu out for this "
+                           f"machine's ({codegen.llvm_get_system_cpu()}), or name one such as "
+                           f"{', '.join(close or known[:6])}")
+
+
+def check_int(name: str, value: Any, low: int = 1) -> int:
+    """``value`` if it is an integer >= ``low`` (not a bool, not a string), else an error naming it."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        raise AutoTVMError(f"{name} must be an integer >= {low}, got {value!r}")
+    return int(value)
+
+
+def check_number(name: str, value: Any, low: float = 0.0, strict: bool = False) -> float:
+    """``value`` as a float if it is a number >= ``low`` (> with ``strict``), else an error naming it."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or \
+            not (value > low if strict else value >= low):
+        raise AutoTVMError(f"{name} must be a number {'>' if strict else '>='} {low:g}, got {value!r}")
+    return float(value)
+
+
+def check_seed(seed: Any) -> int | None:
+    """A tuner's seed: an integer or None."""
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
+        raise AutoTVMError(f"seed must be a non-negative integer or None, got {seed!r}")
+    return seed
 
 
 def _host_defaults(spec: dict) -> dict:

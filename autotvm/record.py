@@ -147,19 +147,138 @@ def decode(line: str, source: str | None = None) -> tuple[MeasureInput, MeasureR
     return inp, MeasureResult(tuple(costs), int(error_no), float(all_cost), float(timestamp))
 
 
+class UnreadableLines:
+    """Counts the lines of one log that are not records, for one warning per file."""
+
+    def __init__(self, path: str) -> None:
+        self.path, self.count, self.first = path, 0, None
+
+    def add(self, lineno: int, reason: str) -> None:
+        self.count += 1
+        if self.first is None:
+            self.first = (lineno, reason)
+
+    def warn(self) -> None:
+        if self.count:
+            lineno, reason = self.first
+            logger.warning("%s: skipped %d unreadable line%s (first at line %d: %s)", self.path, self.count,
+                           "" if self.count == 1 else "s", lineno, reason)
+
+
+def _impossible(result: MeasureResult) -> str | None:
+    """Why a successful result cannot be a measurement (a hand-edited or forged record), or None."""
+    if not result.ok:
+        return None
+    try:
+        costs = [float(c) for c in result.costs]
+    except (TypeError, ValueError):
+        return "a cost that is not a number"
+    if not costs or not all(math.isfinite(c) and c > 0 for c in costs):
+        return "a cost that is not a positive finite number"
+    return None
+
+
 def load_from_file(path: str | os.PathLike) -> Iterator[tuple[MeasureInput, MeasureResult]]:
-    """Yield the records of a log; comment lines are skipped, corrupt ones skipped with a warning."""
+    """Yield the records of a log. Comment lines are skipped; lines that are no record (bytes
+    that are not UTF-8, malformed JSON, a half-written last line, impossible costs) are skipped
+    with one warning per file naming how many and the first."""
     if not os.path.isfile(path):
         raise AutoTVMError(f"log file {str(path)!r} does not exist; pass the path written by log_to_file")
-    with open(path, encoding="utf-8") as handle:
-        for lineno, line in enumerate(handle, 1):
-            line = line.strip()
+    unreadable = UnreadableLines(str(path))
+    with open(path, "rb") as handle:
+        for lineno, raw in enumerate(handle, 1):
+            try:
+                line = raw.decode("utf-8").strip()
+            except UnicodeDecodeError:
+                unreadable.add(lineno, "bytes that are not UTF-8")
+                continue
             if not line or line.startswith("#"):
                 continue
             try:
-                yield decode(line, str(path))
+                record = decode(line, str(path))
             except (ValueError, KeyError, TypeError, IndexError) as err:
-                logger.warning("skipping corrupt record at %s:%d (%s)", path, lineno, type(err).__name__)
+                unreadable.add(lineno, f"not a record ({type(err).__name__})")
+                continue
+            why = _impossible(record[1])
+            if why:
+                unreadable.add(lineno, why)
+                continue
+            yield record
+    unreadable.warn()
+
+
+_CLAIMED: dict[str, int] = {}  # real path of a log -> the descriptor of its lock file, held until exit
+
+
+class LogWriteError(AutoTVMError):
+    """A batch of records could not be written (full disk, file-size limit): none of it is in the log."""
+
+
+def _lock_path(path: str) -> str:
+    directory, name = os.path.split(os.path.abspath(path))
+    return os.path.join(directory, f".{name}.lock")
+
+
+def claim_log(path: str | os.PathLike) -> None:
+    """Make this process the one writer of ``path``: an exclusive lock on ``.<log>.lock`` beside it,
+    held until the process exits (the kernel releases it even after kill -9). A second process
+    that claims the same log is refused at once with the holder's pid: two writers would each
+    measure configs the other already has. A half-written last line (a crash mid-write) is cut off
+    before anything is appended, so the next record starts on a line of its own."""
+    import fcntl
+
+    real = os.path.realpath(path)
+    if real in _CLAIMED:
+        return
+    fd = os.open(_lock_path(real), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 32).decode("ascii", "replace").strip() or "?"
+        os.close(fd)
+        raise AutoTVMError(f"the log {str(path)!r} is being written by another tune (process {holder}); wait for it "
+                           "to finish, or tune into another log (autotuner_settings.save_name)") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, str(os.getpid()).encode())
+    _CLAIMED[real] = fd
+    _cut_partial_line(real)
+
+
+def _cut_partial_line(path: str) -> None:
+    if not os.path.isfile(path) or os.path.getsize(path) == 0:
+        return
+    with open(path, "rb+") as handle:
+        handle.seek(0, os.SEEK_END)
+        size = handle.tell()
+        handle.seek(max(0, size - 65536))
+        tail = handle.read()
+        if tail.endswith(b"\n"):
+            return
+        keep = size - len(tail) + tail.rfind(b"\n") + 1 if b"\n" in tail else 0
+        handle.truncate(keep)
+    logger.warning("%s: removed a half-written last line (%d bytes) left by an interrupted write", path, size - keep)
+
+
+def append_records(path: str | os.PathLike, lines: str, count: int) -> None:
+    """Append ``count`` records (whole lines) as one write, flushed to the disk; on a full disk or a
+    file-size limit the log is cut back to where it was, so it never holds half a record."""
+    claim_log(path)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        data = lines.encode("utf-8")
+        try:
+            written = 0
+            while written < len(data):
+                written += os.write(fd, data[written:])
+            os.fsync(fd)
+        except OSError as err:
+            os.ftruncate(fd, size)
+            raise LogWriteError(f"cannot write to the log {str(path)!r} ({err.strerror}): every record before this "
+                                f"batch is saved, the batch's {count} trial{'' if count == 1 else 's'} are not; free "
+                                "space and run the same command again to resume") from None
+    finally:
+        os.close(fd)
 
 
 def load_records(records: Any) -> list[tuple[MeasureInput, MeasureResult]]:

@@ -71,7 +71,33 @@ class DQNConfig:
         unknown = sorted(set(values) - set(allowed))
         if unknown:
             raise ValueError(f"unknown DQN option {unknown[0]!r}; allowed: {', '.join(allowed)}")
+        defaults = cls()
+        for name, value in values.items():
+            problem = _wrong_kind(getattr(defaults, name), value)
+            if problem:
+                raise ValueError(f"DQN option {name} must be {problem}, got {value!r}")
+        if "hidden" in values:
+            values = {**values, "hidden": tuple(values["hidden"])}
         return cls(**values)
+
+
+def _wrong_kind(default: object, value: object) -> str | None:
+    """What ``value`` should be, judged by the field's default, or None when it fits."""
+    if isinstance(default, bool):
+        return None if isinstance(value, bool) else "true or false"
+    if isinstance(default, int):
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        return None if ok else "a non-negative integer"
+    if isinstance(default, float):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
+        return None if ok else "a non-negative number"
+    if isinstance(default, str):
+        return None if isinstance(value, str) else "a string"
+    if isinstance(default, tuple):
+        ok = isinstance(value, (list, tuple)) and value and all(
+            isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)
+        return None if ok else "a list of positive layer widths"
+    return None
 
 
 def _mlp(widths: list[int]) -> nn.Sequential:

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from autotvm.env import check_int
 from autotvm.task.space import DIRECTIONS, MAX_LEVELS, SplitEntity
 from autotvm.tuner.population import Member, PopulationTuner
 
@@ -92,6 +93,9 @@ class GADQNTuner(PopulationTuner):
             raise ValueError(f"mode {mode!r} needs checkpoint=<path of a saved agent>")
         if max_knobs is not None and (isinstance(max_knobs, bool) or not isinstance(max_knobs, int) or max_knobs < 1):
             raise ValueError(f"max_knobs must be an integer >= 1 or None, got {max_knobs!r}")
+        check_int("pop_size", pop_size, 2)
+        check_int("elite_num", elite_num, 0)
+        check_int("screen", screen, 1)
         immigrants = 0 if screen == 1 else max(0, min(IMMIGRANTS, pop_size - elite_num - 1))
         super().__init__(task, pop_size=pop_size, elite_num=elite_num, screen=screen, immigrants=immigrants, seed=seed)
         self.reward_name, self.action_policy, self.mode = reward, action_policy, mode

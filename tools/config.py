@@ -27,6 +27,11 @@ EXPERIMENTS = ("compare_tuners", "compare_gadqn_ga", "compare_reward", "ablation
                "gadqn_monitor")
 
 _POSITIVE_INT = {"type": "integer", "minimum": 1}
+# a budget no run finishes: at the ~2 trials/s of a 2-core CPU, 100,000 trials take 14 hours
+MAX_TRIALS = 100_000
+_TRIALS = {"type": "integer", "minimum": 1, "maximum": MAX_TRIALS}
+# model names become file names: plain names only, no folders
+_PLAIN_NAME = {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]*$", "maxLength": 100}
 
 
 def _with(schema: dict, default: object) -> dict:
@@ -42,7 +47,7 @@ SCHEMA: dict = {
         "models": _with({"type": "array", "items": {
             "type": "object", "required": ["name", "type"], "additionalProperties": False,
             "properties": {
-                "name": {"type": "string", "minLength": 1},
+                "name": _PLAIN_NAME,
                 "type": {"enum": list(MODEL_TYPES)},
                 "workload": {"type": "string"}, "model": {"type": "string"},
                 "pretrained": {"type": "boolean"}, "path": {"type": "string"},
@@ -58,8 +63,8 @@ SCHEMA: dict = {
             "type": "object", "additionalProperties": False,
             "properties": {
                 "tuner": _with({"enum": list(TUNERS)}, "ga-dqn"),
-                "trials": _with(_POSITIVE_INT, 64),
-                "model_trials": _with({"oneOf": [{"type": "null"}, _POSITIVE_INT]}, None),
+                "trials": _with(_TRIALS, 64),
+                "model_trials": _with({"oneOf": [{"type": "null"}, _TRIALS]}, None),
                 "task_scheduler": _with({"enum": list(STRATEGIES)}, "gradient"),
                 "early_stopping": _with({"oneOf": [{"type": "null"}, _POSITIVE_INT]}, None),
                 "number": _with(_POSITIVE_INT, 3), "repeat": _with(_POSITIVE_INT, 3),
@@ -68,13 +73,14 @@ SCHEMA: dict = {
                 "timeout": _with({"type": "number", "exclusiveMinimum": 0}, 10),
                 "seed": _with({"oneOf": [{"type": "null"}, {"type": "integer"}]}, 0),
                 "save_path": _with({"type": "string", "minLength": 1}, "results"),
-                "save_name": _with({"type": "string", "minLength": 1}, "tuning"),
+                "save_name": _with(_PLAIN_NAME, "tuning"),
                 "check_correctness": _with({"type": "boolean"}, False),
                 "enable_cpu_cache_flush": _with({"type": "boolean"}, False),
                 "tuner_options": _with({"type": "object"}, {}),
                 "rpc": {"type": "object", "required": ["key", "host", "port"], "additionalProperties": False,
-                        "properties": {"key": {"type": "string"}, "host": {"type": "string"},
-                                       "port": {"type": "integer", "minimum": 1, "maximum": 65535}}},
+                        "properties": {"key": {"type": "string", "minLength": 1}, "host": {"type": "string"},
+                                       "port": {"type": "integer", "minimum": 1, "maximum": 65535},
+                                       "server_wait": _with({"type": "number", "minimum": 0}, 300)}},
             }}, {}),
         "run_settings": _with({
             "type": "object", "additionalProperties": False,
@@ -94,12 +100,12 @@ SCHEMA: dict = {
                 "tuners": _with({"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1},
                                 ["random", "ga", "xgb", "ga-dqn", "ga-dqn-random"]),
                 "tuner_options": _with({"type": "object", "additionalProperties": {"type": "object"}}, {}),
-                "trials": _with(_POSITIVE_INT, 64),
+                "trials": _with(_TRIALS, 64),
                 "repeats": _with(_POSITIVE_INT, 3),
                 "hyperparameter_trials": _with(_POSITIVE_INT, 6),
                 "remeasure": _with({"type": "integer", "minimum": 0}, 0),
                 "save_path": _with({"type": "string", "minLength": 1}, "results"),
-                "save_name": _with({"type": "string", "minLength": 1}, "experiment"),
+                "save_name": _with(_PLAIN_NAME, "experiment"),
                 "previous_results_dir": _with({"oneOf": [{"type": "null"}, {"type": "string"}]}, None),
             }}, {}),
     },
@@ -142,6 +148,12 @@ def _explain(error: jsonschema.ValidationError) -> str:
         known = error.schema.get("properties", {})
         unknown = ", ".join(repr(k) for k in sorted(set(error.instance) - set(known)))
         return f"config key {key}: unknown key {unknown}; allowed keys: {', '.join(sorted(known))}"
+    if error.validator == "pattern":
+        return f"config key {key}: {error.instance!r} is not a plain name; use letters, digits, '.', '_' and '-' " \
+               "(it becomes part of a file name)"
+    if error.validator == "maximum":
+        return f"config key {key}: {error.instance!r} is too large; it must be <= {error.validator_value}" + \
+            (" (about 14 hours of measurements on 2 cores)" if error.validator_value == MAX_TRIALS else "")
     if error.validator in ("minimum", "exclusiveMinimum"):
         return f"config key {key}: {error.instance!r} is too small; it must be >= {error.validator_value}" \
             if error.validator == "minimum" else f"config key {key}: {error.instance!r} must be > {error.validator_value}"

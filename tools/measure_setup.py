@@ -13,7 +13,8 @@ def measure_option_from_settings(settings: dict) -> dict:
               "enable_cpu_cache_flush": settings.get("enable_cpu_cache_flush", False)}
     rpc = settings.get("rpc")
     if rpc:
-        runner = autotvm.RPCRunner(rpc["key"], rpc["host"], rpc["port"], **common)
+        runner = autotvm.RPCRunner(rpc["key"], rpc["host"], rpc["port"], server_wait=rpc.get("server_wait", 300),
+                                   **common)
     else:
         runner = autotvm.LocalRunner(**common)
     return autotvm.measure_option(builder, runner)

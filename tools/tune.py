@@ -17,7 +17,7 @@ import tabulate
 from tqdm import tqdm
 
 import autotvm
-from autotvm.record import load_from_file, workload_key
+from autotvm.record import claim_log, load_from_file, workload_key
 from autotvm.tuner.task_scheduler import TaskScheduler, TaskState
 
 from .config import writable_dir
@@ -80,6 +80,7 @@ def _tune_model(name: str, tasks: list, settings: dict, option: dict) -> list[di
     """Tune one model's tasks: each up to ``trials`` in turn, or, with ``model_trials``, within that
     budget spread by the task scheduler. Past records in the log are loaded first, never re-measured."""
     log = log_path(settings, name)
+    claim_log(log)  # before reading: a second tune of this log is refused, a half-written last line cut off
     past = list(load_from_file(log)) if os.path.exists(log) else []
     tuners, loaded = [], []
     for task in tasks:
@@ -106,9 +107,11 @@ def _tune_in_turn(i: int, task: Any, tuner: Any, done: int, settings: dict, opti
     remaining = state.cap - done
     start = time.perf_counter()
     if remaining > 0:
-        tuner.tune(remaining, option, early_stopping=settings["early_stopping"],
-                   callbacks=[autotvm.callback.progress_bar(remaining, prefix=f"[{i + 1}/{n_tasks}] {task.name}"),
-                              log_callback])
+        bar = autotvm.callback.progress_bar(remaining, prefix=f"[{i + 1}/{n_tasks}] {task.name}")
+        try:
+            tuner.tune(remaining, option, early_stopping=settings["early_stopping"], callbacks=[bar, log_callback])
+        finally:
+            bar.close()
     state.trials += len(tuner.history)
     state.seconds = time.perf_counter() - start
     return state

@@ -8,19 +8,24 @@ its worker, which is restarted on the next job.
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import shutil
 import socket
 import tempfile
+import threading
 import time
 from typing import Any, Sequence
 
 from tvm.support.popen_pool import PopenPoolExecutor
 
-from ..env import AutoTVMError, device_exists, device_of
+from ..env import AutoTVMError, check_int, check_number, device_exists, device_of
 from ..task.space import InstantiationError
 from . import workers
 from .measure import BuildResult, MeasureErrorNo, MeasureInput, MeasureResult, failed
+
+logger = logging.getLogger("autotvm")
+WATCH_S = 0.5  # how often an RPCRunner asks the tracker, during a batch, whether its server is still there
 
 
 def _first_line(err: BaseException) -> str:
@@ -47,12 +52,9 @@ class LocalBuilder:
 
     def __init__(self, timeout: float = 10, n_parallel: int | None = None, remove_layout_rewrite: bool = True,
                  max_worker_uses: int = 200) -> None:
-        if timeout <= 0:
-            raise ValueError(f"builder timeout must be > 0 seconds, got {timeout}")
-        self.timeout = float(timeout)
-        self.n_parallel = int(n_parallel or os.cpu_count() or 1)
-        if self.n_parallel <= 0:
-            raise ValueError(f"n_parallel must be >= 1, got {n_parallel}")
+        self.timeout = check_number("builder timeout", timeout, 0, strict=True)
+        self.n_parallel = os.cpu_count() or 1 if n_parallel is None else check_int("builder n_parallel", n_parallel)
+        check_int("builder max_worker_uses", max_worker_uses)
         self.remove_layout_rewrite = remove_layout_rewrite
         self.max_worker_uses = max_worker_uses
         self.build_dir = tempfile.mkdtemp(prefix="autotvm-build-")
@@ -128,10 +130,11 @@ class LocalRunner:
     def __init__(self, timeout: float = 10, number: int = 4, repeat: int = 3, min_repeat_ms: int = 0,
                  cooldown_interval: float = 0.0, enable_cpu_cache_flush: bool = False,
                  check_correctness: bool = False, max_worker_uses: int = 500) -> None:
-        for name, value, low in (("timeout", timeout, 1e-9), ("number", number, 1), ("repeat", repeat, 1),
-                                 ("min_repeat_ms", min_repeat_ms, 0)):
-            if value < low:
-                raise ValueError(f"runner {name} must be >= {low:g}, got {value}")
+        check_number("runner timeout", timeout, 0, strict=True)
+        check_number("runner cooldown_interval", cooldown_interval, 0)
+        for name, value, low in (("number", number, 1), ("repeat", repeat, 1), ("min_repeat_ms", min_repeat_ms, 0),
+                                 ("max_worker_uses", max_worker_uses, 1)):
+            check_int(f"runner {name}", value, low)
         self.timeout = float(timeout)
         self.number, self.repeat, self.min_repeat_ms = int(number), int(repeat), int(min_repeat_ms)
         self.cooldown_interval = float(cooldown_interval)
@@ -142,6 +145,16 @@ class LocalRunner:
         self._reference: str | None = None
         self._device = "cpu"
         atexit.register(self.close)
+
+    # -- infrastructure faults: failures of the measuring machinery, not of the config
+    def infrastructure_fault(self, result: MeasureResult) -> bool:
+        """The worker process running the config died (killed from outside, out of memory): the
+        config is measured again rather than recorded as a crash (``MeasureBatch``)."""
+        return result.error_no == MeasureErrorNo.RUNTIME_DEVICE and result.error_message.startswith(
+            "ChildProcessError")
+
+    def wait_until_ready(self) -> None:
+        """Block until the device can measure again (a local pool replaces a dead worker itself)."""
 
     # -- hooks that RPCRunner overrides
     def _tracker(self) -> tuple | None:
@@ -227,12 +240,68 @@ class RPCRunner(LocalRunner):
     def __init__(self, key: str, host: str, port: int, priority: int = 1, timeout: float = 10,
                  n_parallel: int | None = None, number: int = 4, repeat: int = 3, min_repeat_ms: int = 0,
                  cooldown_interval: float = 0.0, enable_cpu_cache_flush: bool = False,
-                 check_correctness: bool = False) -> None:
+                 check_correctness: bool = False, server_wait: float = 300) -> None:
         super().__init__(timeout, number, repeat, min_repeat_ms, cooldown_interval, enable_cpu_cache_flush,
                          check_correctness)
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"RPCRunner key must be a non-empty string, got {key!r}")
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+            raise ValueError(f"RPCRunner port must be an integer in 1..65535, got {port!r}")
+        if not isinstance(server_wait, (int, float)) or server_wait < 0:
+            raise ValueError(f"RPCRunner server_wait must be a number of seconds >= 0, got {server_wait!r}")
         self.key, self.host, self.port, self.priority = key, host, int(port), priority
+        self.server_wait = float(server_wait)  # how long a lost server is waited for before the tuning stops
         self._n_parallel = n_parallel
         self._tracker_checked = False
+
+    def _ready(self) -> bool:
+        return servers_for_key(self.host, self.port, self.key) > 0
+
+    def run(self, inputs: Sequence[MeasureInput], builds: Sequence[BuildResult]) -> list[MeasureResult]:
+        """Run as ``LocalRunner`` does, while a watcher asks the tracker every ``WATCH_S`` whether
+        a server of the key is still there: a server that dies and comes back within the batch
+        would otherwise leave timeouts that look like the configs' own."""
+        lost, stop = threading.Event(), threading.Event()
+
+        def watch() -> None:
+            while not stop.wait(WATCH_S):
+                if not self._ready():
+                    lost.set()
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        try:
+            return super().run(inputs, builds)
+        finally:
+            stop.set()
+            watcher.join()
+            self._lost_in_batch = lost.is_set()
+
+    def infrastructure_fault(self, result: MeasureResult) -> bool:
+        """A run that failed or timed out while the tracker had no server for the key (or could not
+        be reached) failed because the server went away, whatever the config."""
+        if super().infrastructure_fault(result):
+            return True
+        return result.error_no in (MeasureErrorNo.RUN_TIMEOUT, MeasureErrorNo.RUNTIME_DEVICE) and (
+            getattr(self, "_lost_in_batch", False) or not self._ready())
+
+    def wait_until_ready(self) -> None:
+        """Wait, with backoff, for a server of the key to register again; after ``server_wait``
+        seconds stop the tuning with one line (every record measured so far is in the log)."""
+        if self._ready():
+            return
+        address = f"{self.host}:{self.port}"
+        logger.warning("the RPC server for key %r at the tracker %s is gone: waiting up to %g s for it to come "
+                       "back; the trials it lost will be measured again", self.key, address, self.server_wait)
+        deadline, delay = time.monotonic() + self.server_wait, 1.0
+        while not self._ready():
+            if time.monotonic() >= deadline:
+                raise AutoTVMError(f"no RPC server for key {self.key!r} at the tracker {address} came back within "
+                                   f"{self.server_wait:g} s; every trial measured so far is in the log: restart the "
+                                   "server and run the same command again to resume")
+            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(2 * delay, 30.0)
+        logger.warning("the RPC server for key %r is back; measuring the lost trials again", self.key)
 
     def set_task(self, task: Any, builder: LocalBuilder) -> None:
         self.check_tracker()

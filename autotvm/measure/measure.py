@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from enum import IntEnum
 from typing import Any, NamedTuple, Sequence
@@ -69,10 +70,19 @@ def failed(error_no: MeasureErrorNo, message: str, all_cost: float = 0.0) -> Mea
     return MeasureResult((message.strip()[-2000:],), int(error_no), float(all_cost), time.time())
 
 
+logger = logging.getLogger("autotvm")
+
+# a trial lost to the machinery (a worker killed, the RPC server gone) is measured again this many
+# times; a config that kills its worker every time is then recorded as the crash it is
+REMEASURE_ATTEMPTS = 2
+
+
 class MeasureBatch:
     """Build a batch of configs in parallel, then run each on the device, one at a time.
 
-    Runs never overlap builds, so builds cannot disturb the timings.
+    Runs never overlap builds, so builds cannot disturb the timings. A trial the runner reports
+    as lost to an infrastructure fault (``runner.infrastructure_fault``) is not a result of its
+    config: the runner waits until it can measure again and the trial is measured again.
     """
 
     def __init__(self, task: Any, option: dict) -> None:
@@ -83,10 +93,43 @@ class MeasureBatch:
         self.runner.set_task(task, self.builder)
 
     def __call__(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]:
+        results = list(self._measure(inputs))
+        _stop_on_a_full_disk(results)
+        for _ in range(REMEASURE_ATTEMPTS):
+            lost = [i for i, result in enumerate(results) if self.runner.infrastructure_fault(result)]
+            if not lost:
+                break
+            logger.warning("%d trial%s of %s lost to the measuring machinery, not to the config (%s); measuring "
+                           "again", len(lost), "" if len(lost) == 1 else "s", self.task.name,
+                           results[lost[0]].error_message[:120])
+            self.runner.wait_until_ready()
+            for i, result in zip(lost, self._measure([inputs[i] for i in lost])):
+                results[i] = result
+        return results
+
+    def _measure(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]:
         builds = self.builder.build(inputs, check=self.runner.check_correctness)
         return self.runner.run(inputs, builds)
 
 
+DISK_FULL = ("No space left on device", "File too large", "Disk quota exceeded")
+
+
+def _stop_on_a_full_disk(results: Sequence[MeasureResult]) -> None:
+    """A build or run that failed because the disk is full says nothing of its config: stop
+    before such failures reach the log and the tuner."""
+    for result in results:
+        if not result.ok and any(words in result.error_message for words in DISK_FULL):
+            from ..env import AutoTVMError
+
+            raise AutoTVMError("the disk is full (a build or run could not write its files): every trial measured "
+                               "so far is in the log; free space and run the same command again to resume")
+
+
 def create_measure_batch(task: Any, option: dict) -> MeasureBatch:
     """The callable that ``Tuner.tune`` measures with; its ``n_parallel`` is the builder's."""
+    if not isinstance(option, dict) or "builder" not in option or "runner" not in option:
+        from ..env import AutoTVMError
+
+        raise AutoTVMError(f"measure_option must come from autotvm.measure_option(builder, runner), got {option!r}")
     return MeasureBatch(task, option)

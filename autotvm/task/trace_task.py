@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,8 @@ from tvm.s_tir.schedule import Trace
 from ..env import load_tensor_intrinsics, make_target
 from .space import ConfigEntity, ConfigSpace, InstantiationError, Knob, OtherOptionEntity, SplitEntity, factorizations
 from .task import Task, buffer_signature
+
+logger = logging.getLogger("autotvm")
 
 SAMPLING_KINDS = ("SamplePerfectTile", "SampleCategorical", "SampleComputeLocation")
 MAX_LOCATION_PROBE = 48
@@ -56,23 +60,41 @@ def _tune_context(mod: tvm.IRModule, target: tvm.target.Target) -> Any:
 
 
 def _design_space_traces(mod: tvm.IRModule, target: tvm.target.Target, ctx: Any) -> list[Trace]:
-    """The sketches of ``mod`` for ``target``, simplified; cached on disk as trace JSON."""
+    """The sketches of ``mod`` for ``target``, simplified; cached on disk as trace JSON. A cache
+    that cannot be read or written (a full disk, a read-only home) only costs the regeneration."""
     key = hashlib.sha256((mod.script() + json.dumps(str(target)) + tvm.__version__).encode()).hexdigest()[:32]
-    with _design_space_cache() as cache:
-        cached = cache.get(key)
-        if cached is not None:
-            try:
-                traces = []
-                for trace_json in json.loads(cached):
-                    sch = Schedule(mod)
-                    Trace.apply_json_to_schedule(trace_json, sch)
-                    traces.append(sch.trace.simplified(remove_postproc=True))
-                return traces
-            except Exception:  # an entry that no longer applies is regenerated
-                pass
-        traces = [s.trace.simplified(remove_postproc=True) for s in ctx.generate_design_space()]
-        cache.set(key, json.dumps([t.as_json(remove_postproc=True) for t in traces], default=_plain))
+    cached = _cache_call(lambda cache: cache.get(key))
+    if cached is not None:
+        try:
+            traces = []
+            for trace_json in json.loads(cached):
+                sch = Schedule(mod)
+                Trace.apply_json_to_schedule(trace_json, sch)
+                traces.append(sch.trace.simplified(remove_postproc=True))
+            return traces
+        except Exception:  # an entry that no longer applies is regenerated
+            pass
+    traces = [s.trace.simplified(remove_postproc=True) for s in ctx.generate_design_space()]
+    text = json.dumps([t.as_json(remove_postproc=True) for t in traces], default=_plain)
+    _cache_call(lambda cache: cache.set(key, text))
     return traces
+
+
+_cache_warned = False
+
+
+def _cache_call(action: Any) -> Any:
+    """``action(cache)``, or None with one warning per process when the cache fails."""
+    global _cache_warned
+    try:
+        with _design_space_cache() as cache:
+            return action(cache)
+    except (OSError, sqlite3.Error) as err:
+        if not _cache_warned:
+            _cache_warned = True
+            logger.warning("the design-space cache at %s is not usable (%s); design spaces are generated anew",
+                           cache_dir(), err)
+        return None
 
 
 def _plain(obj: Any) -> Any:

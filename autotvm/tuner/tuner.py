@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from ..env import AutoTVMError
+from ..env import AutoTVMError, check_seed
 from ..measure.measure import MeasureErrorNo, MeasureInput, MeasureResult, create_measure_batch, failed
 from ..record import StaleRecords, bind_record, load_records, workload_key
 
@@ -54,9 +54,11 @@ class Tuner:
     """
 
     def __init__(self, task: Any, seed: int | None = None, **kwargs: Any) -> None:
+        if not hasattr(task, "config_space"):
+            raise AutoTVMError(f"task must be an autotvm task (with a config_space), got {type(task).__name__}")
         self.task = task
         self.space = task.config_space
-        self.seed = seed
+        self.seed = check_seed(seed)
         self.rng = np.random.default_rng(seed)
         self.visited: set[int] = set()
         self.error_ct_threshold = 150

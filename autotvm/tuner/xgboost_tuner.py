@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..env import check_int, check_number
 from ..measure.measure import MeasureInput, MeasureResult
 from .cost_model import LOSSES, XGBCostModel
 from .tuner import Tuner
@@ -29,6 +30,11 @@ class XGBTuner(Tuner):
                  num_threads: int | None = None, n_iter: int = 500, parallel_size: int = 128,
                  early_stop: int = 50, eps_greedy: float = 0.05, seed: int | None = None) -> None:
         super().__init__(task, seed=seed)
+        for name, value in (("plan_size", plan_size), ("n_iter", n_iter), ("parallel_size", parallel_size),
+                            ("early_stop", early_stop)):
+            check_int(name, value)
+        if not 0 <= check_number("eps_greedy", eps_greedy) <= 1:
+            raise ValueError(f"eps_greedy must be in [0, 1], got {eps_greedy!r}")
         if feature_type not in FEATURE_TYPES:
             raise ValueError(f"unknown feature_type {feature_type!r}; allowed: {', '.join(FEATURE_TYPES)}")
         if feature_type in ("itervar", "curve"):  # AutoTVM's loop-nest features

@@ -1,0 +1,211 @@
+"""Faults a long tune meets: a second writer, a full disk, a cut-off or corrupt log, a killed worker,
+an RPC server that goes away and comes back. Real processes on a small operator."""
+
+import json
+import logging
+import os
+import resource
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import tvm.rpc.server
+import tvm.rpc.tracker
+
+import autotvm
+from autotvm.measure.local import servers_for_key
+from autotvm.record import load_from_file
+from autotvm.tuner import RandomTuner
+from test_driver import ROOT, driver, tiny_config
+
+
+def _records(log):
+    return [json.loads(line) for line in open(log, encoding="utf-8").read().splitlines()]
+
+
+def _one_line_error(result, *words):
+    assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
+    assert "Traceback" not in result.stderr, result.stderr[-2000:]
+    last = result.stderr.strip().splitlines()[-1]
+    for word in words:
+        assert word in last, last
+
+
+def test_a_second_writer_of_a_log_is_refused_at_once_naming_the_first(tmp_path):
+    path, _ = tiny_config(tmp_path)
+    log = tmp_path / "out" / "t-mm.json"
+    os.makedirs(log.parent)
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from autotvm.record import claim_log; "
+                               "claim_log(sys.argv[1]); print('held', flush=True); time.sleep(120)", str(log)],
+                              stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=ROOT))
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        result = driver("-m=tune", f"-c={path}")
+        _one_line_error(result, "being written by another tune", f"process {holder.pid}")
+        assert not log.exists() or log.read_text() == ""  # nothing measured
+    finally:
+        holder.kill()
+        holder.wait()
+    result = driver("-m=tune", f"-c={path}")  # the lock died with its holder, even killed
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert len(_records(log)) == 6
+
+
+def test_a_full_disk_stops_with_one_line_and_the_resume_completes_the_budget(tmp_path):
+    path, config = tiny_config(tmp_path)
+    config["autotuner_settings"]["trials"] = 12
+    with open(path, "w") as handle:
+        json.dump(config, handle)
+    log = tmp_path / "out" / "t-mm.json"
+
+    os.makedirs(log.parent)
+    log.write_text("# a log that is near its size limit\n" * 8000)  # ~300 KB: builds (~20 KB) still fit
+    limit = log.stat().st_size + 2500  # room for ~4 records
+
+    def small_files():  # in the child: no file may grow past the limit; writes beyond it fail with EFBIG
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "driver.py"), "-m=tune", f"-c={path}"],
+                            capture_output=True, text=True, env=env, preexec_fn=small_files, timeout=600)
+    _one_line_error(result, "cannot write to the log", "run the same command again to resume")
+    text = log.read_text()
+    assert text.endswith("\n") and len(text) <= limit  # whole records only
+    saved = len([line for line in text.splitlines() if not line.startswith("#")])
+    assert saved < 12
+    result = driver("-m=tune", f"-c={path}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    records = [json.loads(line) for line in log.read_text().splitlines() if not line.startswith("#")]
+    assert 0 < saved < 12 and len(records) == 12 and len({r["config"]["index"] for r in records}) == 12
+
+
+def test_a_half_written_last_line_is_cut_before_the_resume_appends(tmp_path):
+    path, _ = tiny_config(tmp_path)
+    log = tmp_path / "out" / "t-mm.json"
+    assert driver("-m=tune", f"-c={path}").returncode == 0
+    lines = log.read_text().splitlines(keepends=True)
+    log.write_text("".join(lines[:4]) + lines[4][:57])  # a crash in the middle of the fifth record
+    result = driver("-m=tune", f"-c={path}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "removed a half-written last line" in result.stderr
+    records = _records(log)  # every line parses
+    assert len(records) == 6 and len({r["config"]["index"] for r in records}) == 6
+
+
+def test_undecodable_bytes_and_impossible_costs_are_skipped_with_one_warning(tmp_path, matmul_task, measure_opt,
+                                                                            caplog):
+    log = tmp_path / "real.json"
+    RandomTuner(matmul_task, seed=0).tune(4, measure_opt, callbacks=[autotvm.callback.log_to_file(str(log))])
+    good = log.read_bytes().splitlines(keepends=True)
+    forged = json.loads(good[0])
+    forged["result"][0] = [-1.0]  # a forged, impossible cost
+    fast = json.loads(good[1])
+    fast["result"][0] = [0.0]
+    damaged = tmp_path / "damaged.json"
+    damaged.write_bytes(b"".join(good[:2]) + b"\xff\xfe\x00garbage\n" + (json.dumps(forged) + "\n").encode()
+                        + b"{not json\n" + (json.dumps(fast) + "\n").encode() + b"".join(good[2:]) + b"\x80\x81")
+    with caplog.at_level(logging.WARNING, logger="autotvm"):
+        records = list(load_from_file(damaged))
+        with autotvm.apply_history_best(str(damaged)) as best:
+            config = best.query(matmul_task.target, matmul_task.workload)
+        autotvm.record.pick_best(damaged, tmp_path / "best.json")
+    assert len(records) == 4
+    warnings = [r.message for r in caplog.records if "unreadable line" in r.message]
+    assert warnings and all("skipped 5 unreadable lines (first at line 3: bytes that are not UTF-8)" in w
+                            for w in warnings)
+    best_cost = min(r[1].mean_cost for r in records)
+    chosen = next(r for r in records if r[0].config.index == config.index)
+    assert chosen[1].mean_cost == best_cost > 0
+
+
+def test_a_killed_run_worker_is_measured_again_not_recorded_as_a_crash(tmp_path, matmul_task, builder):
+    runner = autotvm.LocalRunner(number=2, repeat=1, timeout=20)
+    killed = []
+
+    def kill_the_run_worker(tuner, inputs, results):
+        if not killed:  # after the first batch: the runner's worker process dies mid-tune
+            pids = [w._proc.pid for w in runner.executor._worker_map.values() if w._proc is not None]
+            for pid in pids:
+                os.kill(pid, signal.SIGKILL)
+            killed.extend(pids)
+
+    log = tmp_path / "killed.json"
+    try:
+        tuner = RandomTuner(matmul_task, seed=1)
+        tuner.tune(8, autotvm.measure_option(builder, runner),
+                   callbacks=[kill_the_run_worker, autotvm.callback.log_to_file(str(log))])
+    finally:
+        runner.close()
+    assert killed, "found no worker to kill"
+    records = _records(log)
+    assert len(records) == 8 and all(r["result"][1] == 0 for r in records), [r["result"] for r in records]
+
+
+@pytest.mark.slow
+def test_the_rpc_server_dies_and_comes_back_mid_tune(tmp_path, matmul_task, builder, caplog):
+    tracker = tvm.rpc.tracker.Tracker(host="127.0.0.1", port=9500, port_end=9600, silent=True)
+
+    def start_server():
+        server = tvm.rpc.server.Server(host="127.0.0.1", port=9700, port_end=9800, key="fault-cpu",
+                                       tracker_addr=("127.0.0.1", tracker.port), silent=True)
+        deadline = time.time() + 30
+        while servers_for_key("127.0.0.1", tracker.port, "fault-cpu") < 1 and time.time() < deadline:
+            time.sleep(0.3)
+        return server
+
+    servers = [start_server()]
+    runner = autotvm.RPCRunner("fault-cpu", "127.0.0.1", tracker.port, number=2, repeat=1, timeout=5,
+                               server_wait=60)
+
+    def kill_then_restart(tuner, inputs, results):
+        if len(servers) == 1 and len(tuner.history) >= 2:
+            servers[0].terminate()
+            servers.append(None)
+            threading.Timer(6, lambda: servers.append(start_server())).start()
+
+    log = tmp_path / "rpc.json"
+    try:
+        with caplog.at_level(logging.WARNING, logger="autotvm"):
+            tuner = RandomTuner(matmul_task, seed=2)
+            tuner.tune(8, autotvm.measure_option(builder, runner),
+                       callbacks=[kill_then_restart, autotvm.callback.log_to_file(str(log))])
+    finally:
+        runner.close()
+        time.sleep(0.5)
+        for server in servers:
+            if server is not None:
+                server.terminate()
+        tracker.terminate()
+    records = _records(log)
+    assert len(records) == 8 and all(r["result"][1] == 0 for r in records), [r["result"] for r in records]
+    assert any("lost to the measuring machinery" in r.message for r in caplog.records)
+
+
+def test_an_rpc_server_that_never_comes_back_stops_the_tune_with_one_line(tmp_path, matmul_task, builder, caplog):
+    tracker = tvm.rpc.tracker.Tracker(host="127.0.0.1", port=9500, port_end=9600, silent=True)
+    server = tvm.rpc.server.Server(host="127.0.0.1", port=9700, port_end=9800, key="gone-cpu",
+                                   tracker_addr=("127.0.0.1", tracker.port), silent=True)
+    deadline = time.time() + 30
+    while servers_for_key("127.0.0.1", tracker.port, "gone-cpu") < 1 and time.time() < deadline:
+        time.sleep(0.3)
+    runner = autotvm.RPCRunner("gone-cpu", "127.0.0.1", tracker.port, number=1, repeat=1, timeout=4,
+                               server_wait=3)
+
+    def kill(tuner, inputs, results):
+        server.terminate()
+
+    log = tmp_path / "gone.json"
+    try:
+        with caplog.at_level(logging.WARNING, logger="autotvm"), \
+            pytest.raises(autotvm.AutoTVMError, match="came back within 3 s; every trial measured so far is in"):
+            RandomTuner(matmul_task, seed=3).tune(8, autotvm.measure_option(builder, runner),
+                                                  callbacks=[kill, autotvm.callback.log_to_file(str(log))])
+    finally:
+        runner.close()
+        tracker.terminate()
+    records = _records(log)
+    assert len(records) == 2 and all(r["result"][1] == 0 for r in records)  # no fake failure recorded
+    assert any("is gone: waiting up to 3 s" in r.message for r in caplog.records)
