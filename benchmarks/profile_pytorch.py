@@ -1,6 +1,6 @@
 """Per-operator profile of PyTorch eager on a config's models, to set beside TVM's `profile`.
 
-    python benchmarks/profile_pytorch.py -c benchmarks/resnet18.json --runs 10
+    python benchmarks/profile_pytorch.py -c configs/resnet-18.json --runs 10
 
 Builds each model exactly as `driver.py -m=benchmark` does (`tools.models.load_model`), warms it
 up, then prints `torch.profiler`'s table grouped by input shape (mean time per call).
@@ -23,7 +23,7 @@ from tools.models import load_model  # noqa: E402
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("-c", "--config", default="benchmarks/resnet18.json")
+    parser.add_argument("-c", "--config", default="configs/resnet-18.json")
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--rows", type=int, default=25)
     args = parser.parse_args()

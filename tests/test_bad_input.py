@@ -62,3 +62,29 @@ def test_unwritable_log(tmp_path):
     with pytest.raises(AutoTVMError) as err:
         autotvm.callback.log_to_file(str(tmp_path / "no" / "such" / "dir" / "log.json"))
     assert "not writable" in _one_line(err)
+
+
+def test_unknown_mcpu_is_an_error_not_a_generic_cpu():
+    with pytest.raises(AutoTVMError) as err:
+        autotvm.make_target({"kind": "llvm", "mcpu": "notacpu"})
+    assert "mcpu 'notacpu'" in _one_line(err) and "leave mcpu out" in str(err.value)
+    assert autotvm.make_target({"kind": "llvm", "mcpu": "znver3"}).attrs["mcpu"] == "znver3"
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda task: RandomTuner(task, seed="abc"), "seed must be a non-negative integer or None, got 'abc'"),
+    (lambda task: autotvm.tuner.GADQNTuner(task, pop_size="16"), "pop_size must be an integer >= 2, got '16'"),
+    (lambda task: autotvm.tuner.GADQNTuner(task, dqn={"lr": "fast"}), "DQN option lr must be a non-negative number"),
+    (lambda task: autotvm.tuner.GADQNTuner(task, dqn={"hidden": [64, "x"]}), "DQN option hidden must be a list"),
+    (lambda task: autotvm.tuner.XGBTuner(task, plan_size="a"), "plan_size must be an integer >= 1, got 'a'"),
+    (lambda task: autotvm.LocalRunner(number="3"), "runner number must be an integer >= 1, got '3'"),
+    (lambda task: autotvm.LocalRunner(timeout=0), "runner timeout must be a number > 0"),
+    (lambda task: autotvm.LocalBuilder(n_parallel=0), "builder n_parallel must be an integer >= 1, got 0"),
+    (lambda task: autotvm.RPCRunner("k", "localhost", "9190"), "port must be an integer in 1..65535"),
+    (lambda task: RandomTuner(task).tune(4, {}), "measure_option must come from autotvm.measure_option"),
+    (lambda task: RandomTuner("not a task"), "task must be an autotvm task"),
+])
+def test_python_api_arguments_are_checked_where_they_enter(make, words, template_task):
+    with pytest.raises(ValueError) as err:
+        make(template_task)
+    assert words in _one_line(err)
