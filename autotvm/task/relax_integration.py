@@ -49,7 +49,12 @@ def prepare_program(mod: tvm.IRModule, params: dict | None = None, conv_layout: 
         mod = relax.transform.BindParams("main", params)(mod)
     if conv_layout == "auto":
         conv_layout = "NHWC" if _weights_are_constants(mod) else "NCHW"
-    passes = [relax.transform.DecomposeOpsForInference(), relax.transform.FoldConstant()]
+    # batch norm folds into the weights and bias of the convolution before it (TVM's own pass, on
+    # the bound constants); what is left decomposes into a scale and shift, and the tuple batch norm
+    # returned is taken apart, so that the activation after it fuses into the convolution's kernel
+    passes = [relax.transform.FoldBatchnormToConv2D(), relax.transform.FoldConstant(),
+              relax.transform.DecomposeOpsForInference(), relax.transform.CanonicalizeBindings(),
+              relax.transform.FoldConstant()]
     if conv_layout == "NHWC" and _has_conv2d(mod):  # ConvertLayout fails (bad_alloc) on some conv-free models
         passes += [relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]}),
                    relax.transform.FoldConstant()]  # transposes the constant weights once
