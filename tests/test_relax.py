@@ -177,3 +177,48 @@ def test_winograd_model_tunes_and_builds(conv_program, measure_opt, tmp_path):
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-4)
     with pytest.raises(ValueError, match="winograd' needs conv_layout"):
         autotvm.task.extract_from_program(mod, "llvm", bound, conv_layout="NCHW", conv_algorithm="winograd")
+
+
+def test_nhwc_graph_keeps_one_layout_and_fuses_batch_norm_and_clip():
+    """MobileNetV2's pattern: conv, batch norm, ReLU6, an explicit (TensorFlow-style) pad and a
+    depthwise conv, exported in NCHW. Built NHWC, it has no function that only moves memory
+    between the convolutions, and matches PyTorch."""
+    from torch import nn
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.expand = nn.Sequential(nn.Conv2d(8, 16, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU6())
+            self.depthwise = nn.Sequential(nn.Conv2d(16, 16, 3, stride=2, groups=16, bias=False),
+                                           nn.BatchNorm2d(16), nn.ReLU6())
+            self.project = nn.Sequential(nn.Conv2d(16, 8, 1, bias=False), nn.BatchNorm2d(8))
+
+        def forward(self, x):
+            x = self.expand(x)
+            x = nn.functional.pad(x, (0, 1, 0, 1))  # what HF MobileNetV2 does before a stride-2 conv
+            x = nn.functional.pad(self.depthwise(x), (0, 0, 0, 0))  # a zero-width pad, as HF exports 1x1s
+            return self.project(x)
+
+    torch.manual_seed(0)
+    block = Block().eval()
+    for bn in (m for m in block.modules() if isinstance(m, nn.BatchNorm2d)):  # not the identity
+        bn.running_mean.uniform_(-1, 1), bn.running_var.uniform_(0.5, 2), bn.weight.data.uniform_(0.5, 2)
+    x = torch.randn(1, 8, 16, 16)
+    from tools.models import Model
+    from tools.tune import bound_params
+
+    mod, params = Model("block", block, (x,)).to_relax()
+    named = bound_params(mod, params)
+    fused = autotvm.task.relax_integration.fuse_program(
+        autotvm.task.relax_integration.prepare_program(mod, named, "NHWC"), "llvm")
+    names = sorted(gv.name_hint for gv in fused.get_global_vars() if gv.name_hint != "main")
+    convs = [n for n in names if "conv2d" in n]
+    assert len(convs) == 3 and sum("clip" in n for n in convs) == 2, names  # ReLU6 inside the kernels
+    assert not any("pad" in n or "subtract" in n or "divide" in n for n in names), names  # folded
+    assert len(names) == len(convs) + 2, names  # plus the transposes at the graph's two edges
+    exe = autotvm.build_program(mod, "llvm", named, conv_layout="NHWC")
+    out = relax.VirtualMachine(exe, tvm.cpu())["main"](tvm.runtime.tensor(x.numpy()))
+    out = out[0] if not hasattr(out, "numpy") else out
+    with torch.no_grad():
+        expected = block(x).numpy()
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())

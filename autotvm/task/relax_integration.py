@@ -13,6 +13,7 @@ from typing import Any
 import tvm
 
 from ..env import load_tensor_intrinsics, make_target
+from .layout_pads import nhwc_pads
 from .trace_task import TraceTask
 from .winograd import winograd_conv2d
 
@@ -57,7 +58,8 @@ def prepare_program(mod: tvm.IRModule, params: dict | None = None, conv_layout: 
               relax.transform.FoldConstant()]
     if conv_layout == "NHWC" and _has_conv2d(mod):  # ConvertLayout fails (bad_alloc) on some conv-free models
         passes += [relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]}),
-                   relax.transform.FoldConstant()]  # transposes the constant weights once
+                   relax.transform.FoldConstant(),  # transposes the constant weights once
+                   nhwc_pads, relax.transform.CanonicalizeBindings()]
         if conv_algorithm == "winograd":
             passes.append(winograd_conv2d)
     with tvm.transform.PassContext(opt_level=3):
