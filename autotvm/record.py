@@ -244,6 +244,13 @@ def claim_log(path: str | os.PathLike) -> None:
     _cut_partial_line(real)
 
 
+def release_log(path: str | os.PathLike) -> None:
+    """Give up this process's claim on ``path`` (another process may then write it)."""
+    fd = _CLAIMED.pop(os.path.realpath(path), None)
+    if fd is not None:
+        os.close(fd)  # closing the descriptor releases its lock
+
+
 def _cut_partial_line(path: str) -> None:
     if not os.path.isfile(path) or os.path.getsize(path) == 0:
         return

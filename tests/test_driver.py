@@ -185,11 +185,6 @@ def test_malformed_json_says_line_and_column(tmp_path):
      ["tuner_options.ga@x.reward", "pop_size"]),
     ({"target": "opencl"}, ["target", "llvm"]),
     ({"models": [{"name": "x/../y", "type": "op", "workload": "c1"}]}, ["models.0.name", "'x/../y'", "plain name"]),
-    ({"autotuner_settings": {"trials": 10 ** 12}}, ["autotuner_settings.trials", "<= 100000"]),
-    ({"autotuner_settings": {"model_trials": 0}}, ["autotuner_settings.model_trials"]),
-    ({"autotuner_settings": {"task_scheduler": "fifo"}}, ["task_scheduler", "'fifo'", "gradient, round-robin"]),
-    ({"autotuner_settings": {"tuner_options": {"dqn": {"lr": "fast"}}}}, ["tuner_options.dqn", "lr", "'fast'"]),
-    ({"run_settings": {"variants": ["tensorrt"]}}, ["run_settings.variants.0", "tensorrt", "onnxruntime"]),
     ({"target": {"kind": "llvm", "mcpu": "notacpu"}}, ["mcpu 'notacpu'"]),
     ({"models": [{"name": "x", "type": "op", "workload": "r3x3", "conv_layout": "NCHWc"}]}, ["NCHWc", "NHWC"]),
     ({"models": [{"name": "x", "type": "op", "workload": "r3x3", "conv_layout": "NCHW", "conv_algorithm": "winograd"}]},
@@ -255,3 +250,21 @@ def test_cuda_without_a_gpu_is_one_line_for_tune_and_benchmark(tmp_path):
         # besides our line, only TVM's own warning that it defaults the GPU architecture
         others = [ln for ln in result.stderr.splitlines() if ln.strip() and "Unable to detect CUDA version" not in ln]
         assert len(others) == 1 and all(w in others[0] for w in words), result.stderr
+
+
+@pytest.mark.parametrize("override,words", [
+    ({"autotuner_settings": {"trials": 10 ** 12}}, ["autotuner_settings.trials", "<= 100000"]),
+    ({"autotuner_settings": {"model_trials": 0}}, ["autotuner_settings.model_trials"]),
+    ({"autotuner_settings": {"task_scheduler": "fifo"}}, ["task_scheduler", "'fifo'", "gradient, round-robin"]),
+    ({"autotuner_settings": {"tuner_options": {"dqn": {"lr": "fast"}}}}, ["tuner_options.dqn", "lr", "'fast'"]),
+    ({"autotuner_settings": {"save_name": "../up"}}, ["save_name", "plain name"]),
+    ({"run_settings": {"variants": ["tensorrt"]}}, ["run_settings.variants.0", "tensorrt", "onnxruntime"]),
+])
+def test_bad_keys_in_process(override, words):
+    """The same one-line errors, from the config loader itself (the driver prints them as above)."""
+    from tools.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError) as err:
+        load_config(json.dumps(override))
+    message = str(err.value)
+    assert "\n" not in message and all(word in message for word in words), message

@@ -42,8 +42,8 @@ def test_recipe_installs_the_project_like_ci_and_readme():
     recipe_installs = _pip_installs(recipe["post"])
     ci_installs = [i for i in _pip_installs(ci) if i != "pip"]
     assert recipe_installs == ci_installs, (recipe_installs, ci_installs)
-    assert '-e ".[test]"' in recipe_installs[0]
-    assert 'pip install -e ".[test]"' in readme
+    assert '-e ".[test,compare]"' in recipe_installs[0]
+    assert 'pip install -e ".[test,compare]"' in readme
 
 
 def test_recipe_runs_the_driver_and_the_tests():
