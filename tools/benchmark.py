@@ -17,7 +17,6 @@ import contextlib
 import csv
 import json
 import os
-import statistics
 import time
 from typing import Any
 
@@ -29,7 +28,7 @@ from autotvm.env import AutoTVMError, device_exists, device_of
 
 from .config import writable_dir
 from .plots import bar_chart
-from .runtimes import TVM_VARIANTS, VARIANTS, Runtime, RuntimeUnavailable, prepare, tvm_runtime
+from .runtimes import TVM_VARIANTS, Runtime, RuntimeUnavailable, prepare, tvm_runtime
 from .tune import conv_options, load_program, log_path
 
 BLOCK_S = 0.05  # a timed block lasts at least this long: short enough to interleave, long enough for the clock
@@ -132,7 +131,7 @@ def compare_outputs(got: list[np.ndarray], expected: list[np.ndarray], rtol: flo
 
 
 def benchmark_models(config: dict) -> list[dict]:
-    settings, run = config["autotuner_settings"], config["run_settings"]
+    settings = config["autotuner_settings"]
     out_dir = writable_dir(settings["save_path"], "autotuner_settings.save_path")
     target = autotvm.make_target(config["target"])
     if not device_exists(target):

@@ -75,17 +75,23 @@ def _torch(model: Any, threads: int, compiled: bool) -> Runtime:
                    lambda: [t.detach().numpy() for t in flatten(call())])
 
 
+def _convert(step: str, convert: Callable[[], Any]) -> Any:
+    """``convert()`` quietly; an exporter's own failure on this model makes the variant unavailable."""
+    try:
+        with _quiet():
+            return convert()
+    except Exception as err:
+        raise RuntimeUnavailable(f"{step} failed: {type(err).__name__}: {str(err)[:200]}") from None
+
+
 def _onnxruntime(model: Any, threads: int) -> Runtime:
     try:
         import onnxruntime as ort
         import torch
     except ImportError:
         raise RuntimeUnavailable("onnxruntime is not installed (pip install -e \".[compare]\")") from None
-    try:
-        with _quiet():
-            program = torch.onnx.export(model.module, model.inputs, dynamo=True, verbose=False)
-    except Exception as err:  # the exporter's own failure on this model
-        raise RuntimeUnavailable(f"torch.onnx.export failed: {type(err).__name__}: {str(err)[:200]}") from None
+    program = _convert("torch.onnx.export",
+                       lambda: torch.onnx.export(model.module, model.inputs, dynamo=True, verbose=False))
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
@@ -104,11 +110,7 @@ def _openvino(model: Any, threads: int) -> Runtime:
         import openvino as ov
     except ImportError:
         raise RuntimeUnavailable("openvino is not installed (pip install -e \".[compare]\")") from None
-    try:
-        with _quiet():
-            converted = ov.convert_model(model.module, example_input=model.inputs)
-    except Exception as err:
-        raise RuntimeUnavailable(f"openvino.convert_model failed: {type(err).__name__}: {str(err)[:200]}") from None
+    converted = _convert("openvino.convert_model", lambda: ov.convert_model(model.module, example_input=model.inputs))
     compiled = ov.Core().compile_model(converted, "CPU", {"INFERENCE_NUM_THREADS": threads,
                                                           "PERFORMANCE_HINT": "LATENCY"})
     request = compiled.create_infer_request()
