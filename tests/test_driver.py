@@ -165,28 +165,11 @@ def test_malformed_json_says_line_and_column(tmp_path):
 
 
 @pytest.mark.parametrize("override,words", [
-    ({"autotuner_settings": {"tuner": "annealing"}}, ["autotuner_settings.tuner", "annealing", "ga-dqn"]),
-    ({"models": [{"name": "x", "type": "op", "workload": "nope"}]}, ["nope", "c1"]),
-    ({"models": [{"name": "x", "type": "onnx"}]}, ["models.0.type", "onnx", "hf"]),
-    ({"models": [{"name": "x", "type": "torch", "model": "mlp", "widht": 3}]}, ["models.0", "'widht'", "width"]),
     ({"autotuner_settings": {"trails": 3}}, ["autotuner_settings: unknown key 'trails'", "trials"]),
-    ({"models": [{"name": "x", "type": "hf", "model": "gpt9"}]}, ["gpt9", "bert"]),
-    ({"experiments": {"names": ["race"]}}, ["experiments.names.0", "race", "compare_tuners"]),
-    ({"autotuner_settings": {"trials": 0}}, ["autotuner_settings.trials", ">= 1"]),
-    ({"experiments": {"remeasure": -1}}, ["experiments.remeasure", ">= 0"]),
-    # a misspelt tuner option would otherwise be silently ignored
-    ({"autotuner_settings": {"tuner_options": {"pop_szie": 4}}}, ["tuner_options.pop_szie", "pop_size"]),
-    ({"autotuner_settings": {"tuner_options": {"dqn": {"gama": 0.5}}}}, ["tuner_options.dqn", "'gama'", "gamma"]),
+    # checked when the model or the tuner is made, not by the config loader
+    ({"models": [{"name": "x", "type": "op", "workload": "nope"}]}, ["nope", "c1"]),
     ({"autotuner_settings": {"tuner_options": {"reward": "best"}}}, ["ga-dqn tuner options", "'best'", "improvement"]),
-    ({"autotuner_settings": {"tuner_options": {"pop_size": "big"}}}, ["tuner_options.pop_size", "an integer", "'big'"]),
-    ({"experiments": {"tuners": ["ga", "gaa@x"]}}, ["experiments.tuners.1", "gaa@x", "NAME@LABEL"]),
-    ({"experiments": {"tuners": ["ga", "ga@x"], "tuner_options": {"ga@y": {}}}}, ["tuner_options.ga@y", "ga, ga@x"]),
-    ({"experiments": {"tuners": ["ga@x"], "tuner_options": {"ga@x": {"reward": "r1"}}}},
-     ["tuner_options.ga@x.reward", "pop_size"]),
-    ({"target": "opencl"}, ["target", "llvm"]),
-    ({"models": [{"name": "x/../y", "type": "op", "workload": "c1"}]}, ["models.0.name", "'x/../y'", "plain name"]),
     ({"target": {"kind": "llvm", "mcpu": "notacpu"}}, ["mcpu 'notacpu'"]),
-    ({"models": [{"name": "x", "type": "op", "workload": "r3x3", "conv_layout": "NCHWc"}]}, ["NCHWc", "NHWC"]),
     ({"models": [{"name": "x", "type": "op", "workload": "r3x3", "conv_layout": "NCHW", "conv_algorithm": "winograd"}]},
      ["models.x.conv_algorithm", "winograd", "NHWC"]),
 ])
@@ -259,6 +242,28 @@ def test_cuda_without_a_gpu_is_one_line_for_tune_and_benchmark(tmp_path):
     ({"autotuner_settings": {"tuner_options": {"dqn": {"lr": "fast"}}}}, ["tuner_options.dqn", "lr", "'fast'"]),
     ({"autotuner_settings": {"save_name": "../up"}}, ["save_name", "plain name"]),
     ({"run_settings": {"variants": ["tensorrt"]}}, ["run_settings.variants.0", "tensorrt", "onnxruntime"]),
+    ({"experiments": {"names": ["model_tuners"]}}, ["experiments.models", "model_tuners needs", "none given"]),
+    ({"models": [{"name": "mm", "type": "op", "workload": "mm64"}], "experiments": {"models": ["resnet"]}},
+     ["experiments.models.0", "'resnet'", "(mm)"]),
+    ({"experiments": {"checkpoints": 0}}, ["experiments.checkpoints"]),
+    ({"autotuner_settings": {"tuner": "annealing"}}, ["autotuner_settings.tuner", "annealing", "ga-dqn"]),
+    ({"models": [{"name": "x", "type": "onnx"}]}, ["models.0.type", "onnx", "hf"]),
+    ({"models": [{"name": "x", "type": "torch", "model": "mlp", "widht": 3}]}, ["models.0", "'widht'", "width"]),
+    ({"models": [{"name": "x", "type": "hf", "model": "gpt9"}]}, ["gpt9", "bert"]),
+    ({"experiments": {"names": ["race"]}}, ["experiments.names.0", "race", "compare_tuners"]),
+    ({"autotuner_settings": {"trials": 0}}, ["autotuner_settings.trials", ">= 1"]),
+    ({"experiments": {"remeasure": -1}}, ["experiments.remeasure", ">= 0"]),
+    # a misspelt tuner option would otherwise be silently ignored
+    ({"autotuner_settings": {"tuner_options": {"pop_szie": 4}}}, ["tuner_options.pop_szie", "pop_size"]),
+    ({"autotuner_settings": {"tuner_options": {"dqn": {"gama": 0.5}}}}, ["tuner_options.dqn", "'gama'", "gamma"]),
+    ({"autotuner_settings": {"tuner_options": {"pop_size": "big"}}}, ["tuner_options.pop_size", "an integer", "'big'"]),
+    ({"experiments": {"tuners": ["ga", "gaa@x"]}}, ["experiments.tuners.1", "gaa@x", "NAME@LABEL"]),
+    ({"experiments": {"tuners": ["ga", "ga@x"], "tuner_options": {"ga@y": {}}}}, ["tuner_options.ga@y", "ga, ga@x"]),
+    ({"experiments": {"tuners": ["ga@x"], "tuner_options": {"ga@x": {"reward": "r1"}}}},
+     ["tuner_options.ga@x.reward", "pop_size"]),
+    ({"target": "opencl"}, ["target", "llvm"]),
+    ({"models": [{"name": "x/../y", "type": "op", "workload": "c1"}]}, ["models.0.name", "'x/../y'", "plain name"]),
+    ({"models": [{"name": "x", "type": "op", "workload": "r3x3", "conv_layout": "NCHWc"}]}, ["NCHWc", "NHWC"]),
 ])
 def test_bad_keys_in_process(override, words):
     """The same one-line errors, from the config loader itself (the driver prints them as above)."""

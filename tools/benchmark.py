@@ -130,6 +130,11 @@ def compare_outputs(got: list[np.ndarray], expected: list[np.ndarray], rtol: flo
     return worst, ok
 
 
+def runtime_threads(target: Any) -> int:
+    """Threads every runtime gets: the target's cores, else this machine's."""
+    return int(target.attrs.get("num-cores", 0) or os.cpu_count() or 1)
+
+
 def benchmark_models(config: dict) -> list[dict]:
     settings = config["autotuner_settings"]
     out_dir = writable_dir(settings["save_path"], "autotuner_settings.save_path")
@@ -137,7 +142,7 @@ def benchmark_models(config: dict) -> list[dict]:
     if not device_exists(target):
         raise AutoTVMError(f"config key target: benchmark runs the models on this machine, which has no "
                            f"{device_of(target)} device for {target.kind.name!r}")
-    threads = int(target.attrs.get("num-cores", 0) or os.cpu_count() or 1)
+    threads = runtime_threads(target)
     os.environ.setdefault("TVM_NUM_THREADS", str(threads))  # read when TVM's thread pool starts
     rows: list[dict] = []
     for spec in config["models"]:

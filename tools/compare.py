@@ -9,6 +9,7 @@ wall time). MetaSchedule's own search (``tune_tir``) runs under the same builder
 from __future__ import annotations
 
 import json
+import logging
 import os
 import statistics
 import tempfile
@@ -247,6 +248,12 @@ def ms_fast_build(mod: Any, target: Any, _params: Any) -> Any:
     return tvm_build(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod), target=target)
 
 
+def quiet_metaschedule() -> None:
+    """Keep MetaSchedule's console output to warnings: it prints every task's table and its cost
+    model's training; the whole log still goes to the ``logs/`` folder of its work dir."""
+    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
+
+
 def run_metaschedule(op: str, seed: int, trials: int, number: int, repeat: int, min_repeat_ms: int,
                      n_parallel: int, target: Any = "llvm", fast_build: bool = True) -> dict:
     """MetaSchedule's own evolutionary search (``tune_tir``) on ``op``; its curve from the database."""
@@ -260,6 +267,7 @@ def run_metaschedule(op: str, seed: int, trials: int, number: int, repeat: int, 
         builder = ms.builder.LocalBuilder(max_workers=n_parallel, f_build=ms_fast_build if fast_build else None)
         runner = ms.runner.LocalRunner(evaluator_config=ms.runner.EvaluatorConfig(
             number=number, repeat=repeat, min_repeat_ms=min_repeat_ms, enable_cpu_cache_flush=False))
+        quiet_metaschedule()
         start = time.perf_counter()
         ms.tune_tir(func, target, work_dir, max_trials_global=trials, num_trials_per_iter=64, builder=builder,
                     runner=runner, seed=seed, num_tuning_cores=n_parallel)
@@ -304,14 +312,16 @@ def geomean_ratio(rows: list[dict], tuner: str, baseline: str) -> float | None:
 
 
 def geomean_ratio_interval(runs: Iterable[dict], tuner: str, baseline: str, level: float = 0.9,
-                           resamples: int = 2000, seed: int = 0) -> tuple[float, float] | None:
+                           resamples: int = 2000, seed: int = 0,
+                           value: str = "best_gflops") -> tuple[float, float] | None:
     """Percentile-bootstrap interval of ``geomean_ratio`` over seeds (``scipy.stats.bootstrap``):
     each (op, tuner)'s seeds are redrawn with replacement, independently, and the ratio of the
     medians recomputed. With three to eight seeds a median moves a lot between runs; the
-    interval says how far a ratio could move with other seeds."""
+    interval says how far a ratio could move with other seeds. ``value``: the key of each run
+    compared, larger is better."""
     best: dict[tuple, list[float]] = {}
     for run in runs:
-        best.setdefault((run["op"], run["tuner"]), []).append(run["best_gflops"])
+        best.setdefault((run["op"], run["tuner"]), []).append(run[value])
     ops = [op for op, t in best if t == tuner and (op, baseline) in best]
     if not ops:
         return None

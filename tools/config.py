@@ -24,7 +24,7 @@ from .tuners import TUNER_OPTIONS, TUNERS, base_tuner, wrong_type
 from .workloads import WORKLOADS
 
 EXPERIMENTS = ("compare_tuners", "compare_gadqn_ga", "compare_reward", "ablation", "trial_hyperparameters",
-               "gadqn_monitor")
+               "gadqn_monitor", "model_tuners")
 
 _POSITIVE_INT = {"type": "integer", "minimum": 1}
 # a budget no run finishes: at the ~2 trials/s of a 2-core CPU, 100,000 trials take 14 hours
@@ -97,6 +97,9 @@ SCHEMA: dict = {
                 "names": _with({"type": "array", "items": {"enum": list(EXPERIMENTS)}, "minItems": 1},
                                ["compare_tuners"]),
                 "workloads": _with({"type": "array", "items": {"enum": list(WORKLOADS)}, "minItems": 1}, ["c1"]),
+                "models": _with({"type": "array", "items": _PLAIN_NAME}, []),
+                "model_trials": _with(_TRIALS, 512),
+                "checkpoints": _with(_POSITIVE_INT, 4),
                 "tuners": _with({"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1},
                                 ["random", "ga", "xgb", "ga-dqn", "ga-dqn-random"]),
                 "tuner_options": _with({"type": "object", "additionalProperties": {"type": "object"}}, {}),
@@ -201,7 +204,21 @@ def load_config(arg: str) -> dict:
     experiments = data["experiments"]
     check_tuner_variants(experiments["tuners"], experiments["tuner_options"], "experiments.tuners",
                          "experiments.tuner_options")
+    _check_experiment_models(data)
     return data
+
+
+def _check_experiment_models(data: dict) -> None:
+    """``experiments.models`` names models of the config; ``model_tuners`` needs at least one."""
+    known = [spec["name"] for spec in data["models"]]
+    experiments = data["experiments"]
+    for i, name in enumerate(experiments["models"]):
+        if name not in known:
+            raise ConfigError(f"config key experiments.models.{i}: {name!r} is not a model of the config's models "
+                              f"({', '.join(known) or 'none given'})")
+    if "model_tuners" in experiments["names"] and not experiments["models"]:
+        raise ConfigError("config key experiments.models: model_tuners needs the names of the models to tune, from "
+                          f"the config's models ({', '.join(known) or 'none given'})")
 
 
 def _check_tuner_options(options: dict, accepted: set[str], key: str) -> None:

@@ -23,57 +23,19 @@ from rl_tuner.gadqn_tuner import REWARDS
 
 from .compare import (format_ratios, ratio_lines, ratios_with_intervals, remeasure_bests, remeasured_ratio_lines,
                       remeasured_runs, run_metaschedule, run_tuner, summarise)
-from .config import ConfigError, writable_dir
 from .measure_setup import measure_option_from_settings
+from .model_experiment import format_model_table, model_tuners
 from .plots import hyperparameter_bars, monitor_plots, tuning_curves
+from .saved_runs import Result, SavedRuns
 from .tuners import base_tuner
 
 
-Result = tuple[list[dict], list[str]]  # an experiment's summary rows and its ratio lines
-
-
-class Experiment:
-    """Shared bookkeeping: reuse saved runs, save new ones, write the summary."""
+class Experiment(SavedRuns):
+    """An experiment on operator workloads: its runs, summary, ratios and curves."""
 
     def __init__(self, name: str, config: dict, option: dict) -> None:
-        self.name, self.config, self.option = name, config, option
-        exp = config["experiments"]
-        self.trials, self.seeds, self.workloads = exp["trials"], range(exp["repeats"]), exp["workloads"]
-        self.out_dir = writable_dir(os.path.join(exp["save_path"], exp["save_name"], name), "experiments.save_path")
-        self.previous = self._load_previous(exp.get("previous_results_dir"))
-        self.runs: list[dict] = []
-
-    def _load_previous(self, directory: str | None) -> dict:
-        if not directory:
-            return {}
-        if not os.path.isdir(directory):  # a wrong path would silently re-run every run
-            raise ConfigError(f"config key experiments.previous_results_dir: {directory!r} is not a folder; give the "
-                              "folder of an earlier experiment's outputs (<save_path>/<save_name>)")
-        path = os.path.join(directory, self.name, "runs.json")
-        if not os.path.exists(path):
-            path = os.path.join(directory, "runs.json")
-        if not os.path.exists(path):
-            return {}
-        with open(path, encoding="utf-8") as handle:
-            return {self._key(r): r for r in json.load(handle)}
-
-    @staticmethod
-    def _key(run: dict) -> tuple:
-        return (run["op"], run["label"], run["seed"], run["trials_budget"])
-
-    def run(self, op: str, label: str, seed: int, make: Callable[[], dict]) -> dict:
-        key = (op, label, seed, self.trials)
-        if key in self.previous:
-            run = self.previous[key]
-            print(f"  {self.name}: reusing {op} {label} seed {seed}")
-        else:
-            run = make()
-            run.update(label=label, trials_budget=self.trials)
-            print(f"  {self.name}: {op:8} {label:22} seed {seed}: best {run['best_gflops']:7.2f} GFLOPS "
-                  f"({run['wall_seconds']:.1f} s)", flush=True)
-        self.runs.append(run)
-        self._save()
-        return run
+        super().__init__(name, config, option, config["experiments"]["trials"])
+        self.workloads = config["experiments"]["workloads"]
 
     def tuner_run(self, op: str, label: str, seed: int, tuner: str, options: dict | None = None) -> dict:
         settings = self.config["autotuner_settings"]
@@ -85,16 +47,12 @@ class Experiment:
         return self.run(op, label, seed, lambda: run_tuner(op, tuner, seed, self.trials, self.option, opts,
                                                           self.config["target"]))
 
-    def _save(self) -> None:
-        with open(os.path.join(self.out_dir, "runs.json"), "w", encoding="utf-8") as handle:
-            json.dump(self.runs, handle)
-
     def finish(self, title: str, pairs: list[tuple[str, str]] | None = None) -> Result:
         """Write the summary, the ratios of ``pairs`` (label, baseline label) and the curves;
         return the summary rows and the ratio lines."""
         labelled = [dict(r, tuner=r["label"]) for r in self.runs]
         rows = summarise(labelled)
-        self._write_csv("summary.csv", rows)
+        self.write_csv("summary.csv", rows)
         measured = ratios_with_intervals(rows, labelled, pairs or [])
         ratios = format_ratios(measured)
         if measured and all(low <= 1.0 <= high for *_, low, high in measured):
@@ -107,12 +65,6 @@ class Experiment:
                 handle.write("\n".join(ratios) + "\n")
         tuning_curves(self.runs, os.path.join(self.out_dir, "curves.png"), title, label_key="label")
         return rows, ratios
-
-    def _write_csv(self, name: str, rows: list[dict]) -> None:
-        with open(os.path.join(self.out_dir, name), "w", newline="", encoding="utf-8") as handle:
-            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
 
     def _remeasured(self, labelled: list[dict], rounds: int, pairs: list[tuple[str, str]]) -> list[str]:
         """``experiments.remeasure``: each run's final best config measured again ``rounds``
@@ -134,7 +86,7 @@ class Experiment:
         if not runs:  # e.g. only MetaSchedule's runs, which do not record their configs
             return []
         rows = summarise(runs)
-        self._write_csv("summary_remeasured.csv", rows)
+        self.write_csv("summary_remeasured.csv", rows)
         lines = ratio_lines(rows, runs, pairs)
         if not lines:
             return []
@@ -236,6 +188,7 @@ def gadqn_monitor(config: dict, option: dict) -> Result:
 EXPERIMENT_FUNCS: dict[str, Callable[[dict, dict], Result]] = {
     "compare_tuners": compare_tuners, "compare_gadqn_ga": compare_gadqn_ga, "compare_reward": compare_reward,
     "ablation": ablation, "trial_hyperparameters": trial_hyperparameters, "gadqn_monitor": gadqn_monitor,
+    "model_tuners": model_tuners,
 }
 
 
@@ -247,11 +200,13 @@ def run_experiments(config: dict) -> dict[str, Any]:
     for name in config["experiments"]["names"]:
         print(f"== experiment {name}", flush=True)
         rows, ratios = EXPERIMENT_FUNCS[name](config, option)
-        print(format_table(rows))
+        print(format_model_table(rows) if name == "model_tuners" else format_table(rows))
         if ratios:
             print("\n".join(ratios))
         exp = config["experiments"]
         out_dir = os.path.join(exp["save_path"], exp["save_name"], name)
-        print(f"wrote {out_dir}/: runs.json (every run), summary.csv, ratios.txt and the plots (curves.png)")
+        plots = "curves.png, bars.png; table.csv: the table above; logs/: every run's records" \
+            if name == "model_tuners" else "curves.png"
+        print(f"wrote {out_dir}/: runs.json (every run), summary.csv, ratios.txt and the plots ({plots})")
         results[name] = rows
     return results

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import Any, Callable
 
 import tabulate
 from tqdm import tqdm
@@ -66,7 +66,7 @@ def tune_models(config: dict) -> list[dict]:
     summary = []
     for spec in config["models"]:
         _, _, _, tasks = model_tasks(spec, target)
-        summary += _tune_model(spec["name"], tasks, settings, option)
+        summary += tune_model(spec["name"], tasks, settings, option)
     print(format_summary(summary))
     for spec in config["models"]:
         print(f"records of {spec['name']}: {log_path(settings, spec['name'])}")
@@ -76,9 +76,11 @@ def tune_models(config: dict) -> list[dict]:
     return summary
 
 
-def _tune_model(name: str, tasks: list, settings: dict, option: dict) -> list[dict]:
+def tune_model(name: str, tasks: list, settings: dict, option: dict,
+               on_round: Callable[[int], None] | None = None) -> list[dict]:
     """Tune one model's tasks: each up to ``trials`` in turn, or, with ``model_trials``, within that
-    budget spread by the task scheduler. Past records in the log are loaded first, never re-measured."""
+    budget spread by the task scheduler. Past records in the log are loaded first, never re-measured.
+    ``on_round(trials)`` is called after each scheduled round with the model's trials so far."""
     log = log_path(settings, name)
     claim_log(log)  # before reading: a second tune of this log is refused, a half-written last line cut off
     past = list(load_from_file(log)) if os.path.exists(log) else []
@@ -95,7 +97,7 @@ def _tune_model(name: str, tasks: list, settings: dict, option: dict) -> list[di
         states = [_tune_in_turn(i, task, tuner, done, settings, option, log_callback, len(tasks))
                   for i, (task, tuner, done) in enumerate(zip(tasks, tuners, loaded))]
     else:
-        states = _tune_scheduled(name, tasks, tuners, loaded, settings, option, log_callback, log)
+        states = _tune_scheduled(name, tasks, tuners, loaded, settings, option, log_callback, log, on_round)
     return [{"model": name, "task": s.task.name, "weight": s.task.weight, "configs": s.task.config_space.range_length,
              "trials": s.trials, "resumed": done, "best_gflops": s.tuner.best_flops / 1e9, "seconds": s.seconds,
              "rejected": s.tuner.rejected} for s, done in zip(states, loaded)]
@@ -118,7 +120,7 @@ def _tune_in_turn(i: int, task: Any, tuner: Any, done: int, settings: dict, opti
 
 
 def _tune_scheduled(name: str, tasks: list, tuners: list, loaded: list, settings: dict, option: dict,
-                    log_callback: Any, log: str) -> list[TaskState]:
+                    log_callback: Any, log: str, on_round: Callable[[int], None] | None = None) -> list[TaskState]:
     scheduler = TaskScheduler(tasks, tuners, settings["model_trials"], settings["trials"], settings["task_scheduler"],
                               ROUND_TRIALS, loaded)
     tunable = sum(1 for s in scheduler.states if s.task.config_space.range_length > 1)
@@ -128,12 +130,14 @@ def _tune_scheduled(name: str, tasks: list, tuners: list, loaded: list, settings
           f"log {log}", flush=True)
     bar = tqdm(total=budget, initial=min(scheduler.used, budget), desc=name, unit="trial", dynamic_ncols=True)
 
-    def on_round(state: TaskState, measured: int) -> None:
+    def after_round(state: TaskState, measured: int) -> None:
         bar.set_postfix_str(f"{state.task.name[:28]}  est. {1e3 * scheduler.estimated_latency():.3f} ms", refresh=False)
         bar.update(measured)
+        if on_round:
+            on_round(scheduler.used)
 
     try:
-        scheduler.tune(option, settings["early_stopping"], [log_callback], on_round)
+        scheduler.tune(option, settings["early_stopping"], [log_callback], after_round)
     finally:
         bar.close()
     return scheduler.states

@@ -143,21 +143,37 @@ def _tasks_of(fused: tvm.IRModule, target: tvm.target.Target) -> list[TraceTask]
     return [TraceTask(t.task_name, t.dispatched[0], target, weight=int(t.weight)) for t in extracted]
 
 
+def fused_program(mod: tvm.IRModule, target: Any, params: dict | None = None, conv_layout: str = "auto",
+                  conv_algorithm: str = "direct") -> tvm.IRModule:
+    """The module as tuned and built: ``prepare_program`` then ``fuse_program``. MetaSchedule's own
+    ``tune_relax`` on it tunes the same functions as ``extract_from_program``'s tasks."""
+    target = make_target(target)
+    return fuse_program(prepare_program(mod, params, conv_layout, conv_algorithm), target)
+
+
 def build_program(mod: tvm.IRModule, target: Any, params: dict | None = None, conv_layout: str = "auto",
-                  conv_algorithm: str = "direct") -> Any:
+                  conv_algorithm: str = "direct", database: Any = None) -> Any:
     """Compile a Relax module, applying the best config of the current ``apply_history_best``.
 
     Returns a ``relax.VMExecutable``. Without a context (or records) this is TVM's default build.
     ``conv_layout`` and ``conv_algorithm`` must be the ones the tasks were extracted with.
+    ``database``: a MetaSchedule database to build with instead (MetaSchedule's own tuning of
+    ``fused_program``'s module), so both searches' results are built the same way.
     """
     load_tensor_intrinsics()
+    target = make_target(target)
+    # prepared and fused once: the task lookup and the build share it
+    fused = fused_program(mod, target, params, conv_layout, conv_algorithm)
+    return _compile_with_database(database if database is not None else _records_database(fused, target), fused,
+                                  target)
+
+
+def _records_database(fused: tvm.IRModule, target: tvm.target.Target) -> Any:
+    """The best configs of the active ``apply_history_best`` as a MetaSchedule database."""
     from tvm.s_tir import meta_schedule as ms
 
     from ..dispatcher import DispatchContext, warn_stale_records
 
-    target = make_target(target)
-    # prepared and fused once: the task lookup and the build share it
-    fused = fuse_program(prepare_program(mod, params, conv_layout, conv_algorithm), target)
     database = ms.database.MemoryDatabase()
     applied = 0
     for task in _tasks_of(fused, target):
@@ -173,7 +189,7 @@ def build_program(mod: tvm.IRModule, target: Any, params: dict | None = None, co
     if DispatchContext.stack() and not applied:
         warnings.warn("build_program: no record of the active apply_history_best matches a task of this "
                       "program (tuned for another target, model, conv_layout or conv_algorithm?); building it untuned")
-    return _compile_with_database(database, fused, target)
+    return database
 
 
 def _compile_with_database(database: Any, fused: tvm.IRModule, target: tvm.target.Target) -> Any:
