@@ -5,6 +5,7 @@ Worker processes import TVM once (~3 s); sharing the builder and runner keeps th
 
 from __future__ import annotations
 
+import logging
 import os
 
 import numpy as np
@@ -16,6 +17,15 @@ from tvm.s_tir import Schedule
 import autotvm
 
 os.environ.setdefault("AUTOTVM_CACHE_DIR", os.path.join(os.path.dirname(__file__), "..", ".pytest_cache", "autotvm"))
+
+
+@pytest.fixture(autouse=True)
+def metaschedule_logger_propagates():
+    """pytest attaches its log-capture handlers to every logger that does not propagate, and
+    MetaSchedule's logger stops propagating once a tuning in this process has configured it; the
+    next tuning would then fail on those unnamed handlers (MetaSchedule's ``create_loggers`` lists
+    its logger's handlers by name). Propagating between tests keeps them on the root logger."""
+    logging.getLogger("tvm.s_tir.meta_schedule").propagate = True
 
 
 @autotvm.template("test/matmul")
