@@ -21,8 +21,8 @@ import numpy as np
 
 from rl_tuner.gadqn_tuner import REWARDS
 
-from .compare import (format_ratios, ratio_lines, ratios_with_intervals, remeasure_bests, remeasured_ratio_lines,
-                      remeasured_runs, run_metaschedule, run_tuner, summarise)
+from .compare import (format_ratios, format_table, ratio_lines, ratios_with_intervals, remeasure_bests,
+                      remeasured_ratio_lines, remeasured_runs, run_metaschedule, run_tuner, summarise)
 from .measure_setup import measure_option_from_settings
 from .model_experiment import format_model_table, model_tuners
 from .plots import hyperparameter_bars, monitor_plots, tuning_curves
@@ -192,21 +192,23 @@ EXPERIMENT_FUNCS: dict[str, Callable[[dict, dict], Result]] = {
 }
 
 
-def run_experiments(config: dict) -> dict[str, Any]:
-    from .compare import format_table
+# the table printer and the plots named for experiments whose outputs differ from the operator experiments'
+MODEL_OUTPUTS = {"model_tuners": (format_model_table, "curves.png, bars.png; table.csv: the table above; logs/: every "
+                                                      "run's records")}
 
+
+def run_experiments(config: dict) -> dict[str, Any]:
     option = measure_option_from_settings(config["autotuner_settings"])
     results = {}
     for name in config["experiments"]["names"]:
         print(f"== experiment {name}", flush=True)
         rows, ratios = EXPERIMENT_FUNCS[name](config, option)
-        print(format_model_table(rows) if name == "model_tuners" else format_table(rows))
+        table, plots = MODEL_OUTPUTS.get(name, (format_table, "curves.png"))
+        print(table(rows))
         if ratios:
             print("\n".join(ratios))
         exp = config["experiments"]
         out_dir = os.path.join(exp["save_path"], exp["save_name"], name)
-        plots = "curves.png, bars.png; table.csv: the table above; logs/: every run's records" \
-            if name == "model_tuners" else "curves.png"
         print(f"wrote {out_dir}/: runs.json (every run), summary.csv, ratios.txt and the plots ({plots})")
         results[name] = rows
     return results
