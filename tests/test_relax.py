@@ -222,3 +222,61 @@ def test_nhwc_graph_keeps_one_layout_and_fuses_batch_norm_and_clip():
     with torch.no_grad():
         expected = block(x).numpy()
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
+
+
+class FeedForward(torch.nn.Module):
+    """A transformer's feed-forward block and an attention-like softmax over a transposed view."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(64, 256)
+        self.fc2 = torch.nn.Linear(256, 64)
+
+    def forward(self, x):
+        h = self.fc2(torch.nn.functional.gelu(self.fc1(x)))
+        return torch.softmax(h.reshape(2, 16, 64).transpose(1, 2), dim=-1)
+
+
+@pytest.fixture(scope="module")
+def feed_forward():
+    torch.manual_seed(0)
+    example = torch.randn(32, 64)
+    mod, params, expected = _export(FeedForward().eval(), example)
+    return mod, params, example.numpy(), expected
+
+
+def test_erf_and_exp_become_fast_math_that_vectorises(feed_forward):
+    """LLVM lowers erf and exp to a libm call per value; the fused program computes GELU and
+    softmax with TVM's fast-math polynomials instead, and still matches PyTorch."""
+    mod, params, x, expected = feed_forward
+    fused = autotvm.task.relax_integration.fused_program(mod, "llvm")
+    scripts = {gv.name_hint: f.script() for gv, f in fused.functions_items() if isinstance(f, tvm.tirx.PrimFunc)}
+    assert any("gelu" in name for name in scripts) and any("softmax" in name for name in scripts), list(scripts)
+    assert not any("T.erf(" in text or "T.exp(" in text for text in scripts.values())
+    out, _ = _run(autotvm.build_program(mod, "llvm"), params, x)
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_functions_with_one_config_are_built_with_it(feed_forward, measure_opt, tmp_path):
+    """A function whose space has one config is never measured (the task scheduler gives it no
+    trials), yet a tuned build gives it that config's schedule instead of TVM's default lowering,
+    which runs on one core; tunable functions without records keep the default. An untuned
+    build (no ``apply_history_best``) stays TVM's default throughout."""
+    from autotvm.task import relax_integration
+
+    mod, params, x, expected = feed_forward
+    tasks = autotvm.task.extract_from_program(mod, "llvm")
+    single = [t for t in tasks if len(t.config_space) == 1]
+    tunable = [t for t in tasks if len(t.config_space) > 1]
+    assert single and len(tunable) >= 2, [(t.name, len(t.config_space)) for t in tasks]
+    log = str(tmp_path / "ff.json")
+    RandomTuner(tunable[0], seed=0).tune(4, measure_opt, callbacks=[autotvm.callback.log_to_file(log)])
+    target = autotvm.make_target("llvm")
+    fused = relax_integration.fused_program(mod, target)
+    assert not relax_integration._records_database(fused, target).get_all_tuning_records()
+    with autotvm.apply_history_best(log):
+        database = relax_integration._records_database(fused, target)
+        out, _ = _run(autotvm.build_program(mod, "llvm"), params, x)
+    recorded = [t.name for t in tasks if database.has_workload(t.mod)]
+    assert sorted(recorded) == sorted([tunable[0].name] + [t.name for t in single])
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
