@@ -7,7 +7,7 @@ nothing of the tuners built on top of it.
 
 from . import callback, measure, record, task, tuner
 from .dispatcher import ApplyHistoryBest, DispatchContext, apply_history_best
-from .env import AutoTVMError, make_target
+from .env import AutoTVMError, make_target, runtime_threads, use_runtime_threads
 from .measure import (LocalBuilder, LocalRunner, MeasureErrorNo, MeasureInput, MeasureResult, RPCRunner,
                       measure_option)
 from .task import ConfigEntity, ConfigSpace, create_from_primfunc, get_config, template
@@ -16,4 +16,4 @@ from .task.relax_integration import build_program
 __all__ = ["ApplyHistoryBest", "AutoTVMError", "ConfigEntity", "ConfigSpace", "DispatchContext", "LocalBuilder",
            "LocalRunner", "MeasureErrorNo", "MeasureInput", "MeasureResult", "RPCRunner", "apply_history_best",
            "build_program", "callback", "create_from_primfunc", "get_config", "make_target", "measure",
-           "measure_option", "record", "task", "template", "tuner"]
+           "measure_option", "record", "runtime_threads", "task", "template", "tuner", "use_runtime_threads"]

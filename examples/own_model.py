@@ -44,7 +44,9 @@ for task in tasks:
 with autotvm.apply_history_best(LOG):
     exe = autotvm.build_program(mod, tasks[0].target, params)
 
-# 5. run it in the Relax VM and check it against PyTorch
+# 5. run it in the Relax VM with the threads it was tuned for (TVM's runtime alone would take one
+#    thread per two x86 cores), and check it against PyTorch
+autotvm.use_runtime_threads(tasks[0].target)  # before the first kernel runs; TVM_NUM_THREADS wins
 vm = relax.VirtualMachine(exe, tvm.cpu())
 out = vm["main"](tvm.runtime.tensor(example.numpy()))[0]  # the outputs, as a tuple
 np.testing.assert_allclose(out.numpy(), model(example).detach().numpy(), rtol=1e-4, atol=1e-4)

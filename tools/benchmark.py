@@ -24,7 +24,7 @@ import numpy as np
 import tabulate
 
 import autotvm
-from autotvm.env import AutoTVMError, device_exists, device_of
+from autotvm.env import AutoTVMError, device_exists, device_of, runtime_threads, use_runtime_threads
 
 from .config import writable_dir
 from .plots import bar_chart
@@ -130,11 +130,6 @@ def compare_outputs(got: list[np.ndarray], expected: list[np.ndarray], rtol: flo
     return worst, ok
 
 
-def runtime_threads(target: Any) -> int:
-    """Threads every runtime gets: the target's cores, else this machine's."""
-    return int(target.attrs.get("num-cores", 0) or os.cpu_count() or 1)
-
-
 def benchmark_models(config: dict) -> list[dict]:
     settings = config["autotuner_settings"]
     out_dir = writable_dir(settings["save_path"], "autotuner_settings.save_path")
@@ -142,8 +137,8 @@ def benchmark_models(config: dict) -> list[dict]:
     if not device_exists(target):
         raise AutoTVMError(f"config key target: benchmark runs the models on this machine, which has no "
                            f"{device_of(target)} device for {target.kind.name!r}")
-    threads = runtime_threads(target)
-    os.environ.setdefault("TVM_NUM_THREADS", str(threads))  # read when TVM's thread pool starts
+    threads = runtime_threads(target)  # every runtime gets the target's cores
+    use_runtime_threads(threads)
     rows: list[dict] = []
     for spec in config["models"]:
         rows += _benchmark_model(spec, config, target, threads, out_dir)

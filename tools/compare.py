@@ -23,7 +23,7 @@ import tabulate
 import tvm
 
 import autotvm
-from autotvm.env import load_tensor_intrinsics
+from autotvm.env import load_tensor_intrinsics, use_runtime_threads
 
 from .tuners import base_tuner, make_tuner
 from .workloads import workload, workload_task
@@ -263,6 +263,7 @@ def run_metaschedule(op: str, seed: int, trials: int, number: int, repeat: int, 
     target = autotvm.make_target(target)
     func = workload(op)
     flop = float(tvm.s_tir.analysis.estimate_tir_flops(tvm.IRModule({"main": func})))
+    use_runtime_threads(target)  # its runner's workers time with our runner's threads
     with tempfile.TemporaryDirectory(prefix="ms-") as work_dir:
         builder = ms.builder.LocalBuilder(max_workers=n_parallel, f_build=ms_fast_build if fast_build else None)
         runner = ms.runner.LocalRunner(evaluator_config=ms.runner.EvaluatorConfig(

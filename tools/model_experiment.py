@@ -34,9 +34,10 @@ import numpy as np
 import tabulate
 
 import autotvm
+from autotvm.env import runtime_threads, use_runtime_threads
 from autotvm.record import load_from_file
 
-from .benchmark import compare_outputs, runtime_threads, time_interleaved
+from .benchmark import compare_outputs, time_interleaved
 from .compare import geomean_ratio_interval, ms_fast_build, quiet_metaschedule
 from .plots import latency_bars, latency_curves
 from .runtimes import Runtime, prepare, tvm_runtime
@@ -91,7 +92,7 @@ class ModelExperiment(SavedRuns):
 def model_tuners(config: dict, option: dict) -> Result:
     exp = ModelExperiment(config, option)
     specs = {spec["name"]: spec for spec in config["models"]}  # load_config checked the names
-    os.environ.setdefault("TVM_NUM_THREADS", str(runtime_threads(exp.target)))
+    use_runtime_threads(exp.target)
     references: dict[str, dict[str, float]] = {}
     for name in config["experiments"]["models"]:
         loaded = _load(specs[name], exp.target)

@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 from tvm.support.popen_pool import PopenPoolExecutor
 
-from ..env import AutoTVMError, check_int, check_number, device_exists, device_of
+from ..env import AutoTVMError, check_int, check_number, device_exists, device_of, runtime_threads
 from ..task.space import InstantiationError
 from . import workers
 from .measure import BuildResult, MeasureErrorNo, MeasureInput, MeasureResult, failed
@@ -35,11 +35,12 @@ def _first_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {lines[-1] if lines else ''}"[:2000]
 
 
-def _pool(n_workers: int, timeout: float | None, max_uses: int) -> PopenPoolExecutor:
+def _pool(n_workers: int, timeout: float | None, max_uses: int, initializer: Any = workers.ignore_sigint,
+          initargs: tuple = ()) -> PopenPoolExecutor:
     """Workers ignore Ctrl-C: the tuning process handles it, so a worker never dies half-way
     through a job and turns an interruption into a (false) failed measurement."""
     return PopenPoolExecutor(max_workers=n_workers, timeout=timeout, maximum_process_uses=max_uses,
-                             initializer=workers.ignore_sigint)
+                             initializer=initializer, initargs=initargs)
 
 
 class LocalBuilder:
@@ -144,6 +145,7 @@ class LocalRunner:
         self._executor: PopenPoolExecutor | None = None
         self._reference: str | None = None
         self._device = "cpu"
+        self._threads: int | None = None
         atexit.register(self.close)
 
     # -- infrastructure faults: failures of the measuring machinery, not of the config
@@ -166,12 +168,18 @@ class LocalRunner:
     @property
     def executor(self) -> PopenPoolExecutor:
         if self._executor is None:
-            self._executor = _pool(self._workers(), self.timeout, self.max_worker_uses)
+            self._executor = _pool(self._workers(), self.timeout, self.max_worker_uses, workers.init_runner,
+                                   (self._threads,))
         return self._executor
 
     def set_task(self, task: Any, builder: LocalBuilder) -> None:
-        """Prepare for a task: its device and, when checking, the reference program."""
+        """Prepare for a task: its device, the threads its kernels are timed with (the target's
+        cores, as the tuned program runs them) and, when checking, the reference program."""
         self._device = device_of(task.target)
+        threads = runtime_threads(task.target) if self._device == "cpu" and self._tracker() is None else None
+        if threads != self._threads:
+            self.close()  # the workers' thread pools are sized once
+            self._threads = threads
         if self._tracker() is None and not device_exists(task.target):
             raise AutoTVMError(f"task {task.name!r} targets CUDA but this machine has no CUDA GPU; measure on one "
                                "through an RPC tracker (RPCRunner, or autotuner_settings.rpc) or tune for llvm")

@@ -23,6 +23,16 @@ def ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def init_runner(threads: int | None) -> None:
+    """Runner worker initializer: Ctrl-C is the tuning process's, and kernels are timed with the
+    threads the tuned program will run with (``env.use_runtime_threads``)."""
+    ignore_sigint()
+    if threads is not None:
+        from ..env import use_runtime_threads
+
+        use_runtime_threads(threads)
+
+
 def _arg_info(mod: Any) -> list:
     return [([int(x) for x in p.shape], str(p.dtype)) for p in mod["main"].params]
 
