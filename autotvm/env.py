@@ -150,8 +150,8 @@ def runtime_threads(target: tvm.target.Target) -> int:
 
 def use_runtime_threads(threads: Any) -> None:
     """Make TVM's CPU thread pool in this process use ``threads`` threads (an int, or a target:
-    its cores), unless ``TVM_NUM_THREADS`` is set. Call it before the first TVM kernel runs: the
-    pool reads the variable once.
+    its cores), unless ``TVM_NUM_THREADS`` or ``OMP_NUM_THREADS`` is set (TVM reads those, in that
+    order). Call it before the first TVM kernel runs: the pool reads the variable once.
 
     Without it TVM's runtime takes half the logical CPUs of an x86-64 machine (it counts them as
     hyper-threaded pairs): one thread on a 2-core machine. Kernels tuned that way come out serial
@@ -161,7 +161,9 @@ def use_runtime_threads(threads: Any) -> None:
 
     if isinstance(threads, (tvm.target.Target, dict, str)):
         threads = runtime_threads(make_target(threads))
-    os.environ.setdefault("TVM_NUM_THREADS", str(check_int("threads", threads)))
+    threads = check_int("threads", threads)
+    if "TVM_NUM_THREADS" not in os.environ and "OMP_NUM_THREADS" not in os.environ:
+        os.environ["TVM_NUM_THREADS"] = str(threads)
 
 
 def device_of(target: tvm.target.Target) -> str:

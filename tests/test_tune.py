@@ -119,8 +119,10 @@ def test_runner_times_kernels_with_the_targets_cores(builder, monkeypatch):
 
     import cloudpickle
 
-    monkeypatch.delenv("TVM_NUM_THREADS", raising=False)
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import this file
+    for variable in ("TVM_NUM_THREADS", "OMP_NUM_THREADS"):
+        monkeypatch.delenv(variable, raising=False)
+    module = sys.modules[__name__]
+    cloudpickle.register_pickle_by_value(module)  # the workers cannot import this file
     cores = os.cpu_count()  # TVM's own default on 2 cores would be 1
     task = autotvm.task.create_from_primfunc(matmul_primfunc(), {"kind": "llvm", "num-cores": cores}, name="mm64")
     runner = autotvm.LocalRunner(number=1, repeat=1, timeout=10)
@@ -131,3 +133,4 @@ def test_runner_times_kernels_with_the_targets_cores(builder, monkeypatch):
         assert runner.run(inputs, builder.build(inputs))[0].error_no == 0
     finally:
         runner.close()
+        cloudpickle.unregister_pickle_by_value(module)
