@@ -11,10 +11,10 @@ from autotvm.tuner import RandomTuner
 
 
 class TwoLayer(torch.nn.Module):
-    def __init__(self):
+    def __init__(self, sizes=(256, 256, 64)):
         super().__init__()
-        self.fc1 = torch.nn.Linear(256, 256)
-        self.fc2 = torch.nn.Linear(256, 64)
+        self.fc1 = torch.nn.Linear(sizes[0], sizes[1])
+        self.fc2 = torch.nn.Linear(sizes[1], sizes[2])
 
     def forward(self, x):
         return self.fc2(torch.relu(self.fc1(x)))
@@ -31,12 +31,17 @@ def _export(model, example):
     return mod, params["main"], expected
 
 
+def _seeded_program(model_class, example_shape):
+    """(Relax module, weights, example input, PyTorch's output) of a model built with seed 0."""
+    torch.manual_seed(0)
+    example = torch.randn(*example_shape)
+    mod, params, expected = _export(model_class().eval(), example)
+    return mod, params, example.numpy(), expected
+
+
 @pytest.fixture(scope="module")
 def program():
-    torch.manual_seed(0)
-    example = torch.randn(32, 256)
-    mod, params, expected = _export(TwoLayer().eval(), example)
-    return mod, params, example.numpy(), expected
+    return _seeded_program(TwoLayer, (32, 256))
 
 
 def _run(exe, params, x):
@@ -224,13 +229,11 @@ def test_nhwc_graph_keeps_one_layout_and_fuses_batch_norm_and_clip():
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
 
 
-class FeedForward(torch.nn.Module):
+class FeedForward(TwoLayer):
     """A transformer's feed-forward block and an attention-like softmax over a transposed view."""
 
     def __init__(self):
-        super().__init__()
-        self.fc1 = torch.nn.Linear(64, 256)
-        self.fc2 = torch.nn.Linear(256, 64)
+        super().__init__((64, 256, 64))
 
     def forward(self, x):
         h = self.fc2(torch.nn.functional.gelu(self.fc1(x)))
@@ -239,10 +242,7 @@ class FeedForward(torch.nn.Module):
 
 @pytest.fixture(scope="module")
 def feed_forward():
-    torch.manual_seed(0)
-    example = torch.randn(32, 64)
-    mod, params, expected = _export(FeedForward().eval(), example)
-    return mod, params, example.numpy(), expected
+    return _seeded_program(FeedForward, (32, 64))
 
 
 def test_erf_and_exp_become_fast_math_that_vectorises(feed_forward):
