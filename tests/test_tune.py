@@ -80,14 +80,15 @@ def test_xgb_program_features(matmul_task, measure_opt):
 
 def test_cpu_cache_flush_measures_cold_runs(builder):
     """``enable_cpu_cache_flush`` (from the config) times every repeat after a cache flush: a
-    vector add over 12 MB, which stays in L3 when run in a loop, is slower from memory."""
+    vector add over 1.5 MB, which stays in L2 when run in a loop, is slower from memory (4.8-5.6x
+    on 2 AVX-512 cores; over 12 MB, which a 480 MB L3 holds, two threads read as fast from memory)."""
     from tvm import te
 
     from tools.measure_setup import measure_option_from_settings
 
-    a, b = te.placeholder((1 << 20,), name="a"), te.placeholder((1 << 20,), name="b")
+    a, b = te.placeholder((1 << 17,), name="a"), te.placeholder((1 << 17,), name="b")
     add = te.compute(a.shape, lambda i: a[i] + b[i], name="add")
-    task = autotvm.task.create_from_primfunc(te.create_prim_func([a, b, add]), "llvm", name="add1m")
+    task = autotvm.task.create_from_primfunc(te.create_prim_func([a, b, add]), "llvm", name="add128k")
     settings = {"n_parallel": 2, "timeout": 10, "number": 1, "repeat": 7, "min_repeat_ms": 0,
                 "enable_cpu_cache_flush": True}
     cold_runner = measure_option_from_settings(settings)["runner"]
@@ -101,8 +102,7 @@ def test_cpu_cache_flush_measures_cold_runs(builder):
         cold_runner.close()
         warm_runner.close()
     assert cold.error_no == 0 and warm.error_no == 0
-    # medians: one cold repeat can read as fast as a warm one (seen once in a full run)
-    assert np.median(cold.costs) > 1.2 * np.median(warm.costs), (cold.costs, warm.costs)  # 1.5-1.9x measured
+    assert np.median(cold.costs) > 1.2 * np.median(warm.costs), (cold.costs, warm.costs)
 
 
 def _worker_threads() -> int:
