@@ -137,3 +137,29 @@ def test_directions_name_the_same_step_on_every_knob():
     # the directions from (2, 3, 2) are every move of one prime factor between two levels
     steps = {tile.entities[v].size for d in range(len(DIRECTIONS)) for v in tile.direction_steps(at, d)}
     assert steps == {(1, 6, 2), (1, 3, 4), (6, 1, 2), (2, 1, 6), (4, 3, 1), (2, 6, 1)}
+
+
+def _tiled(extent, unroll_steps=(0, 16, 64)):
+    space = ConfigSpace()
+    space.define_split("tile", extent, num_outputs=3)
+    space.define_knob("unroll", list(unroll_steps))
+    return space
+
+
+def test_translate_takes_the_nearest_tiling_and_option_of_a_sibling_space():
+    small, large = _tiled(48), _tiled(64, (0, 32, 128))
+    source = next(c for c in map(small.get, range(small.range_length))
+                  if c["tile"].size == (3, 4, 4) and c["unroll"].val == 64)
+    mapped = large.translate(source)
+    assert mapped["tile"].size == (4, 4, 4)  # the same inner factors, the outer one from the extent
+    assert mapped["unroll"].val == 32  # nearest to 64 of (0, 32, 128) (ties: the first)
+    source = next(c for c in map(small.get, range(small.range_length)) if c["tile"].size == (1, 3, 16))
+    assert large.translate(source)["tile"].size[1:] in ((2, 16), (4, 16))  # 3 is no factor of 64: a neighbour
+
+
+def test_translate_refuses_a_space_of_other_knobs():
+    other = ConfigSpace()
+    other.define_split("tile", 48, num_outputs=2)
+    other.define_knob("unroll", [0, 16])
+    assert _tiled(48).signature != other.signature
+    assert _tiled(64).translate(other.get(0)) is None

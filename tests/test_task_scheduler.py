@@ -8,8 +8,9 @@ import pytest
 from autotvm.env import AutoTVMError
 from autotvm.tuner import RandomTuner
 from autotvm.tuner.task_scheduler import TaskScheduler
-from synthetic import SyntheticTask, synthetic_measure
+from synthetic import SyntheticTask, run, synthetic_measure
 from test_driver import driver, tiny_config
+from tools.tuners import TUNERS, make_tuner
 
 
 class SyntheticRandomTuner(RandomTuner):
@@ -83,3 +84,26 @@ def test_driver_spreads_model_trials_and_resumes(tmp_path):
     before = log.read_text()
     result = driver("-m=tune", f"-c={path}")
     assert result.returncode == 0 and log.read_text() == before, result.stderr[-2000:]
+
+
+def test_a_task_starts_from_its_siblings_best_config():
+    """Siblings (the same knobs) share their best config before each round; transfer=0 turns it off."""
+    for transfer in (2, 0):
+        tasks = [_task("a", 1), _task("b", 1)]
+        tuners = [SyntheticRandomTuner(t, seed=seed) for seed, t in enumerate(tasks)]
+        scheduler = TaskScheduler(tasks, tuners, model_trials=16, per_task_trials=8, round_trials=8,
+                                  strategy="round-robin", transfer=transfer)
+        best_of_a = []
+        scheduler.tune(measure_option={}, on_round=lambda s, n: best_of_a.append(tuners[0].best_config.index))
+        first_of_b = tuners[1].history[0]["index"]
+        assert (first_of_b == best_of_a[0]) == bool(transfer)
+
+
+@pytest.mark.parametrize("name", list(TUNERS))
+def test_every_tuner_proposes_enqueued_configs_first(name):
+    task = _task("a", 1)
+    tuner = make_tuner(name, task, seed=0)
+    run(tuner, task, 20)  # past its first generation or plan
+    fresh = [i for i in (511, 300, 77) if i not in tuner.visited]
+    tuner.enqueue([task.config_space.get(i) for i in [fresh[0], next(iter(tuner.visited)), fresh[1]]])
+    assert [c.index for c in tuner.next_batch(3)][:2] == fresh[:2]  # the visited one is passed over

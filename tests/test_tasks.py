@@ -5,7 +5,7 @@ import numpy as np
 import autotvm
 from autotvm.task.space import InstantiationError
 
-from conftest import c1_primfunc, random_matmul_inputs, run_module
+from conftest import c1_primfunc, matmul_primfunc, random_matmul_inputs, run_module
 
 
 def test_template_task_every_config_is_correct(template_task):
@@ -76,3 +76,22 @@ def test_compute_location_knob_on_a_padded_conv():
     checked = _check_sampled_configs(task, 6, rng, [x, w, np.zeros((1, 8, 14, 14), np.float32)], expected,
                                      rtol=1e-4, atol=1e-4)
     assert checked >= 2
+
+
+def test_sibling_tasks_share_knobs_and_translate_into_correct_configs(matmul_task):
+    """Two shapes of one operator have one signature; a tiling of one, translated (the task
+    scheduler's transfer), is a config of the other that computes what numpy computes."""
+    other = autotvm.task.create_from_primfunc(matmul_primfunc(48, 96, 80), "llvm", name="mm48")
+    assert other.config_space.signature == matmul_task.config_space.signature
+    a, b, c = random_matmul_inputs(48, 96, 80)
+    checked = 0
+    for index in matmul_task.config_space.sample_ints(6, np.random.default_rng(1)):
+        config = other.config_space.translate(matmul_task.config_space.get(index))
+        try:
+            mod = other.instantiate(config)
+        except InstantiationError:
+            continue
+        out = run_module(mod, other.target, [a, b, c.copy()])[2]
+        np.testing.assert_allclose(out, a @ b, rtol=1e-4)
+        checked += 1
+    assert checked >= 3

@@ -183,6 +183,21 @@ class Knob:
 
 
 # ----------------------------------------------------------------------------- helpers
+def _nearest_value(knob: Knob, entity: Any) -> int | None:
+    """The index of ``knob``'s candidate nearest to ``entity`` (see ``ConfigSpace.translate``)."""
+    exact = knob._lookup.get(_hashable(entity.to_json()))
+    if exact is not None:
+        return exact
+    if isinstance(entity, SplitEntity):
+        inner = np.log2(entity.size[1:])
+        return int(np.argmin([np.abs(np.log2(c.size[1:]) - inner).sum() for c in knob.entities]))
+    values = [getattr(c, "val", None) for c in knob.entities]
+    numeric = [isinstance(v, (int, float)) and not isinstance(v, bool) for v in values + [getattr(entity, "val", None)]]
+    if all(numeric):
+        return int(np.argmin([abs(v - entity.val) for v in values]))
+    return None
+
+
 MAX_LEVELS = 5  # split levels an agent's directions cover (CPU tiles have 4, GPU tiles up to 5)
 # Every named small step, the same list on every task: moving a prime factor from level a to
 # level b of a split (outermost level 0), then one value down or up for numeric options.
@@ -453,6 +468,32 @@ class ConfigSpace:
             text = json.dumps([[kn.name, [e.to_json() for e in kn.entities]] for kn in self.knobs], default=str)
             self._digest = hashlib.sha1(text.encode()).hexdigest()[:16]
         return self._digest
+
+    @property
+    def signature(self) -> tuple:
+        """The knobs' names, kinds and widths (a split's levels): spaces with the same signature
+        come from the same template (or MetaSchedule design space) on different shapes, so a
+        config of one has a counterpart in the other (``translate``)."""
+        def width(value: Any) -> int:
+            return len(value) if isinstance(value, list) else 0
+
+        return tuple((kn.name, kn.kind, width(kn.entities[0].to_json())) for kn in self.knobs)
+
+    def translate(self, config: "ConfigEntity") -> "ConfigEntity | None":
+        """The config of this space nearest to ``config`` of a space with the same ``signature``:
+        each split takes the candidate whose inner factors are closest in log scale (the outer
+        factor follows from the extent), a numeric option the nearest value, any other knob the
+        same value. ``None`` when the signatures differ or a non-numeric value has no counterpart.
+        Used to start a task's search from the best configs of its sibling tasks."""
+        if config.space.signature != self.signature:
+            return None
+        knob = []
+        for kn, entity in zip(self.knobs, config.entity_map.values()):
+            value = _nearest_value(kn, entity)
+            if value is None:
+                return None
+            knob.append(value)
+        return self.get(self.knob2point(knob))
 
     def from_json_dict(self, json_dict: dict) -> "ConfigEntity":
         """Rebuild a config from ``ConfigEntity.to_json_dict``; the entities must match this space."""

@@ -33,12 +33,14 @@ class RandomTuner(Tuner):
         full = (start, end) == (0, self.space.range_length - 1)
         batch, chosen = [], set()
         while len(batch) < batch_size and self._in_range() + len(batch) < end - start + 1:
-            if full:
-                index = self.space.get_rand_index(self.rng, to_exclude=self.visited | chosen)
-            else:
-                index = int(self.rng.integers(start, end + 1))
-                if index in self.visited or index in chosen:
-                    continue
+            index = self._take_queued(self.visited | chosen)
+            if index is None or not start <= index <= end:
+                if full:
+                    index = self.space.get_rand_index(self.rng, to_exclude=self.visited | chosen)
+                else:
+                    index = int(self.rng.integers(start, end + 1))
+                    if index in self.visited or index in chosen:
+                        continue
             chosen.add(index)
             batch.append(self.space.get(index))
         return batch
@@ -58,10 +60,18 @@ class GridSearchTuner(Tuner):
         return self.counter <= self.range[1]
 
     def next_batch(self, batch_size: int) -> list:
-        batch = []
-        while len(batch) < batch_size and self.has_next():
-            batch.append(self.space.get(self.counter))
-            self.counter += 1
+        batch, chosen = [], set()
+        while len(batch) < batch_size:
+            index = self._take_queued(self.visited | chosen)
+            if index is None or not self.range[0] <= index <= self.range[1]:
+                while self.has_next() and self.counter in chosen:
+                    self.counter += 1
+                if not self.has_next():
+                    break
+                index = self.counter
+                self.counter += 1
+            chosen.add(index)
+            batch.append(self.space.get(index))
         return batch
 
     def reset(self) -> None:

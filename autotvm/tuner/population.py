@@ -158,6 +158,9 @@ class PopulationTuner(Tuner):
         return batch
 
     def _propose(self, taken: set[int]) -> Member:
+        queued = self._take_queued(taken)
+        if queued is not None:
+            return Member(self.space.point2knob(queued), queued)
         if self.generation == 0 or len(self.parents) == 0 or self._unvisited_left(taken) <= self.pop_size:
             return self._random_member(taken)
         count = 1 if self.screen_model is None else self.screen

@@ -7,6 +7,12 @@ fastest per trial: a backward estimate (how much the last ``window`` rounds gain
 optimistic forward one (that doubling the task's trials could halve what is left). A task leaves
 the schedule when it reaches ``per_task_trials``, exhausts its space or its tuner stops early.
 ``round-robin`` gives every task a round in turn. Tasks whose space has one config are not tuned.
+
+Before each round a task is offered the best configs of its siblings, translated to its own space
+(``ConfigSpace.translate``): tasks with the same knobs are one template on other shapes (ResNet-50
+has 16 pointwise convolutions, a BERT three weight matmuls), and a tiling that is fast on one shape
+is a good start on the next, where a budget of a few dozen trials a task leaves its own search
+short of converging. The tuner measures them first and breeds from them as from its own.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ STRATEGIES = ("gradient", "round-robin")
 ALPHA = 0.2  # weight of the backward (observed) gradient against the optimistic forward one (Ansor's alpha)
 WINDOW = 3  # rounds the backward gradient looks back over (Ansor's backward_window_size)
 FAILED_ROUNDS_LIMIT = 2  # a task with no valid measurement after this many rounds gets no more
+TRANSFER_PER_ROUND = 2  # sibling tasks' best configs a task is offered before each of its rounds
 
 
 @dataclass
@@ -39,6 +46,7 @@ class TaskState:
     seconds: float = 0.0
     done: bool = False
     latencies: list[float] = field(default_factory=list)  # best latency (s) after each round
+    offered: set[int] = field(default_factory=set)  # indices offered from siblings, never twice
 
     @property
     def latency(self) -> float:
@@ -52,12 +60,14 @@ class TaskScheduler:
 
     ``per_task_trials`` caps each task; ``loaded`` gives the trials each tuner already holds (from
     ``load_history``), which count against both budgets. ``round_trials`` is the size of one round
-    (a GA generation is a natural choice). ``tune`` runs the schedule; ``on_round(state, measured)``
+    (a GA generation is a natural choice); ``transfer`` is how many sibling configs a task is
+    offered before each round (0: none). ``tune`` runs the schedule; ``on_round(state, measured)``
     is called after each round (progress display), and ``callbacks`` go to every ``Tuner.tune``.
     """
 
     def __init__(self, tasks: Sequence[Any], tuners: Sequence[Any], model_trials: int, per_task_trials: int,
-                 strategy: str = "gradient", round_trials: int = 16, loaded: Sequence[int] | None = None) -> None:
+                 strategy: str = "gradient", round_trials: int = 16, loaded: Sequence[int] | None = None,
+                 transfer: int = TRANSFER_PER_ROUND) -> None:
         if strategy not in STRATEGIES:
             raise AutoTVMError(f"task scheduler {strategy!r} is not allowed; allowed: {', '.join(STRATEGIES)}")
         if len(tasks) != len(tuners):
@@ -68,6 +78,7 @@ class TaskScheduler:
                 raise AutoTVMError(f"{name} must be a positive integer, got {value!r}")
         loaded = list(loaded) if loaded is not None else [0] * len(tasks)
         self.strategy, self.round_trials, self.model_trials = strategy, round_trials, model_trials
+        self.transfer = transfer
         self.states = [TaskState(task, tuner, min(per_task_trials, task.config_space.range_length), trials=done)
                        for task, tuner, done in zip(tasks, tuners, loaded)]
         for state in self.states:
@@ -112,6 +123,23 @@ class TaskScheduler:
         forward = -latency / max(1, state.trials)
         return state.task.weight * (ALPHA * backward + (1 - ALPHA) * forward)
 
+    def _offer_siblings(self, state: TaskState) -> None:
+        """Enqueue the best configs of up to ``transfer`` sibling tasks (the same knobs), fastest
+        first, translated to ``state``'s space; one already visited or offered is passed over."""
+        space = state.task.config_space
+        siblings = sorted((s for s in self.states if s is not state and s.tuner.best_config is not None
+                           and s.task.config_space.signature == space.signature),
+                          key=lambda s: s.tuner.best_flops, reverse=True)
+        offers = []
+        for sibling in siblings:
+            if len(offers) == self.transfer:
+                break
+            config = space.translate(sibling.tuner.best_config)
+            if config is not None and config.index not in state.tuner.visited | state.offered:
+                state.offered.add(config.index)
+                offers.append(config)
+        state.tuner.enqueue(offers)
+
     def tune(self, measure_option: dict, early_stopping: int | None = None, callbacks: Iterable[Callable] = (),
              on_round: Callable[[TaskState, int], None] | None = None) -> None:
         """Give rounds to tasks until the model budget is spent or every task is done."""
@@ -123,6 +151,7 @@ class TaskScheduler:
             size = min(self.round_trials, state.cap - state.trials, self.model_trials - self.used)
             before = len(state.tuner.history)
             start = time.perf_counter()
+            self._offer_siblings(state)
             state.tuner.tune(size, measure_option, early_stopping=early_stopping, callbacks=callbacks)
             state.seconds += time.perf_counter() - start
             measured = len(state.tuner.history) - before

@@ -47,10 +47,11 @@ def _interrupt_between_batches():
 class Tuner:
     """Propose configs of ``task`` in batches, learn from their measurements.
 
-    Subclasses implement ``next_batch`` and ``has_next`` and may override ``update``. The base
-    class keeps ``visited`` (every index proposed or loaded), so no config is measured twice,
-    and the best so far (``best_config``, ``best_flops``, ``best_measure_pair``, ``best_iter``).
-    ``seed`` makes proposals deterministic for the same measurements.
+    Subclasses implement ``next_batch`` (taking ``enqueue``d configs first, ``_take_queued``)
+    and ``has_next`` and may override ``update``. The base class keeps ``visited`` (every index
+    proposed or loaded), so no config is measured twice, and the best so far (``best_config``,
+    ``best_flops``, ``best_measure_pair``, ``best_iter``). ``seed`` makes proposals deterministic
+    for the same measurements.
     """
 
     def __init__(self, task: Any, seed: int | None = None, **kwargs: Any) -> None:
@@ -70,6 +71,7 @@ class Tuner:
         self.measure_seconds = 0.0
         self.history: list[dict] = []  # one row per trial: index, flops, best_flops, error_no
         self.rejected = 0  # configs the target rejected before building (not trials; see ``reject``)
+        self.queued: list[int] = []  # indices to propose before the tuner's own (``enqueue``)
 
     def reset_best(self) -> None:
         self.best_config = None
@@ -97,11 +99,27 @@ class Tuner:
     def reset(self) -> None:
         """Forget everything learned and visited."""
         self.visited.clear()
+        self.queued.clear()
         self.reset_best()
         self.history.clear()
         self.rng = np.random.default_rng(self.seed)
 
+    def enqueue(self, configs: Iterable[Any]) -> None:
+        """Propose these configs of this task's space next, before the tuner's own choices, as
+        Optuna's ``enqueue_trial`` does: a warm start from what is known elsewhere (the task
+        scheduler offers the best configs of sibling tasks). Configs visited by then are skipped;
+        once measured, a config counts as the tuner's own (a GA breeds from it)."""
+        self.queued.extend(c.index for c in configs)
+
     # -- shared helpers
+    def _take_queued(self, taken: set[int]) -> int | None:
+        """The next enqueued index not in ``taken`` (subclasses call it before proposing their own)."""
+        while self.queued:
+            index = self.queued.pop(0)
+            if index not in taken:
+                return index
+        return None
+
     def flops_of(self, result: MeasureResult) -> float:
         """FLOP/s of a result; a failed trial counts as 0."""
         return self.task.flop / result.mean_cost if result.ok and result.mean_cost > 0 else 0.0

@@ -161,8 +161,8 @@ class XGBTuner(Tuner):
     def next_batch(self, batch_size: int) -> list:
         batch, chosen = [], set()
         while len(batch) < batch_size and len(self.visited) + len(chosen) < self.space.range_length:
-            index = None
-            while self.plan:
+            index = self._take_queued(self.visited | chosen)
+            while index is None and self.plan:
                 cand = self.plan.pop(0)
                 if cand not in self.visited and cand not in chosen:
                     index = cand
