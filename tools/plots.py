@@ -126,30 +126,32 @@ def monitor_plots(monitor: list[dict], path: str, title: str) -> None:
 
 def latency_curves(runs: list[dict], path: str) -> None:
     """Model latency against tuning time per tuner, one panel per model: at each checkpoint the
-    median over seeds of the seconds and of the latency, with the 25-75% band of the latency."""
+    median over seeds of the seconds and of the latency, with the 25-75% band of the latency. The
+    untuned build (checkpoint 0) is named in the title, not drawn: it can be 100x the tuned ones."""
     models = list(dict.fromkeys(r["model"] for r in runs))
     fig, axes = plt.subplots(1, len(models), figsize=(6 * len(models), 4.4), squeeze=False)
     for ax, model in zip(axes[0], models):
         for label in dict.fromkeys(r["label"] for r in runs if r["model"] == model):
             group = [r["checkpoints"] for r in runs if r["model"] == model and r["label"] == label]
-            points = min(len(c) for c in group)
-            seconds = np.median([[c[k]["seconds"] for k in range(points)] for c in group], axis=0)
-            latency = np.array([[c[k]["latency_ms"] for k in range(points)] for c in group])
+            points = range(1, min(len(c) for c in group))
+            seconds = np.median([[c[k]["seconds"] for k in points] for c in group], axis=0)
+            latency = np.array([[c[k]["latency_ms"] for k in points] for c in group])
             (line,) = ax.plot(seconds, np.median(latency, axis=0), marker="o", markersize=3,
                               label=f"{label} (n={len(group)})", linewidth=1.8)
             ax.fill_between(seconds, np.percentile(latency, 25, axis=0), np.percentile(latency, 75, axis=0),
                             color=line.get_color(), alpha=0.15)
-        ax.set(title=model, xlabel="tuning time, s", ylabel="model latency, ms (lower is better)")
+        untuned = next(r["checkpoints"][0]["latency_ms"] for r in runs if r["model"] == model)
+        ax.set(title=f"{model} (untuned: {untuned:.4g} ms)", xlabel="tuning time, s",
+               ylabel="model latency, ms (lower is better)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="upper right")
-    fig.suptitle("Model latency along the tuning budget\n(median over seeds, 25-75% band; at 0 s: untuned)",
-                 fontsize=11)
+    fig.suptitle("Model latency along the tuning budget\n(median over seeds, 25-75% band)", fontsize=11)
     _save(fig, path)
 
 
 def latency_bars(rows: list[dict], references: dict[str, dict[str, float]], path: str) -> None:
     """Median model latency per tuner (min-max over seeds as error bars), one panel per model, with
-    PyTorch eager and the untuned build as dashed lines."""
+    PyTorch eager as a dashed line and the untuned build's latency in the title."""
     models = list(dict.fromkeys(r["model"] for r in rows))
     fig, axes = plt.subplots(1, len(models), figsize=(max(5.0, 4.5 * len(models)), 4.4), squeeze=False)
     for ax, model in zip(axes[0], models):
@@ -159,9 +161,10 @@ def latency_bars(rows: list[dict], references: dict[str, dict[str, float]], path
         high = np.array([r["max_latency_ms"] for r in mine]) - median
         ax.bar(range(len(mine)), median, yerr=[low, high], capsize=3, color="tab:blue")
         ax.set_xticks(range(len(mine)), [r["tuner"] for r in mine], rotation=30, ha="right", fontsize=8)
-        for name, style in (("pytorch-eager", "--"), ("tvm-untuned", ":")):
-            ax.axhline(references[model][name], color="black", linestyle=style, linewidth=1, label=name)
-        ax.set(title=model, ylabel="model latency, ms (lower is better)")
+        ax.axhline(references[model]["pytorch-eager"], color="black", linestyle="--", linewidth=1,
+                   label="pytorch-eager")
+        ax.set(title=f"{model} (untuned: {references[model]['tvm-untuned']:.4g} ms)",
+               ylabel="model latency, ms (lower is better)")
         ax.grid(axis="y", alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle("Tuned model latency per tuner\n(median over seeds, min-max bars)", fontsize=11)
