@@ -175,6 +175,21 @@ class Knob:
             return [v for v in self._adjacent_values(value) if (self.entities[v].val < entity.val) == (direction == "down")]
         return []
 
+    def nearest_index(self, entity: Any) -> int | None:
+        """The index of the candidate nearest to ``entity`` of a knob of the same name and kind on
+        another shape (``ConfigSpace.translate``): the same value if it is a candidate; for a split,
+        the closest inner factors in log scale; for a numeric option, the closest value; else None."""
+        exact = self._lookup.get(_hashable(entity.to_json()))
+        if exact is not None:
+            return exact
+        if isinstance(entity, SplitEntity):
+            inner = np.log2(entity.size[1:])
+            return int(np.argmin([np.abs(np.log2(c.size[1:]) - inner).sum() for c in self.entities]))
+        values = [getattr(c, "val", None) for c in self.entities] + [getattr(entity, "val", None)]
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            return int(np.argmin([abs(v - entity.val) for v in values[:-1]]))
+        return None
+
     def index_of_json(self, value: Any) -> int:
         try:
             return self._lookup[_hashable(value)]
@@ -183,21 +198,6 @@ class Knob:
 
 
 # ----------------------------------------------------------------------------- helpers
-def _nearest_value(knob: Knob, entity: Any) -> int | None:
-    """The index of ``knob``'s candidate nearest to ``entity`` (see ``ConfigSpace.translate``)."""
-    exact = knob._lookup.get(_hashable(entity.to_json()))
-    if exact is not None:
-        return exact
-    if isinstance(entity, SplitEntity):
-        inner = np.log2(entity.size[1:])
-        return int(np.argmin([np.abs(np.log2(c.size[1:]) - inner).sum() for c in knob.entities]))
-    values = [getattr(c, "val", None) for c in knob.entities]
-    numeric = [isinstance(v, (int, float)) and not isinstance(v, bool) for v in values + [getattr(entity, "val", None)]]
-    if all(numeric):
-        return int(np.argmin([abs(v - entity.val) for v in values]))
-    return None
-
-
 MAX_LEVELS = 5  # split levels an agent's directions cover (CPU tiles have 4, GPU tiles up to 5)
 # Every named small step, the same list on every task: moving a prime factor from level a to
 # level b of a split (outermost level 0), then one value down or up for numeric options.
@@ -290,7 +290,7 @@ class ConfigSpace:
         self.knobs.append(knob)
         self._by_name[knob.name] = knob
         self._dims = None
-        self._digest = None
+        self._digest = self._signature = None
         return knob
 
     def define_split(self, name: str, axis: Any, policy: str = "factors", num_outputs: int = 2,
@@ -473,11 +473,11 @@ class ConfigSpace:
     def signature(self) -> tuple:
         """The knobs' names, kinds and widths (a split's levels): spaces with the same signature
         come from the same template (or MetaSchedule design space) on different shapes, so a
-        config of one has a counterpart in the other (``translate``)."""
-        def width(value: Any) -> int:
-            return len(value) if isinstance(value, list) else 0
-
-        return tuple((kn.name, kn.kind, width(kn.entities[0].to_json())) for kn in self.knobs)
+        config of one has a counterpart in the other (``translate``). Kept, as ``digest`` is."""
+        if getattr(self, "_signature", None) is None:
+            widths = [len(j) if isinstance(j, list) else 0 for j in (kn.entities[0].to_json() for kn in self.knobs)]
+            self._signature = tuple((kn.name, kn.kind, w) for kn, w in zip(self.knobs, widths))
+        return self._signature
 
     def translate(self, config: "ConfigEntity") -> "ConfigEntity | None":
         """The config of this space nearest to ``config`` of a space with the same ``signature``:
@@ -487,13 +487,8 @@ class ConfigSpace:
         Used to start a task's search from the best configs of its sibling tasks."""
         if config.space.signature != self.signature:
             return None
-        knob = []
-        for kn, entity in zip(self.knobs, config.entity_map.values()):
-            value = _nearest_value(kn, entity)
-            if value is None:
-                return None
-            knob.append(value)
-        return self.get(self.knob2point(knob))
+        knob = [kn.nearest_index(entity) for kn, entity in zip(self.knobs, config.entity_map.values())]
+        return None if None in knob else self.get(self.knob2point(knob))
 
     def from_json_dict(self, json_dict: dict) -> "ConfigEntity":
         """Rebuild a config from ``ConfigEntity.to_json_dict``; the entities must match this space."""

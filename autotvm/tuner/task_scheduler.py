@@ -47,6 +47,7 @@ class TaskState:
     done: bool = False
     latencies: list[float] = field(default_factory=list)  # best latency (s) after each round
     offered: set[int] = field(default_factory=set)  # indices offered from siblings, never twice
+    siblings: list["TaskState"] = field(default_factory=list, repr=False)  # the other tasks with its knobs
 
     @property
     def latency(self) -> float:
@@ -81,7 +82,11 @@ class TaskScheduler:
         self.transfer = transfer
         self.states = [TaskState(task, tuner, min(per_task_trials, task.config_space.range_length), trials=done)
                        for task, tuner, done in zip(tasks, tuners, loaded)]
+        by_signature: dict[tuple, list[TaskState]] = {}
         for state in self.states:
+            by_signature.setdefault(state.task.config_space.signature, []).append(state)
+        for state in self.states:
+            state.siblings = [s for s in by_signature[state.task.config_space.signature] if s is not state]
             state.done = state.task.config_space.range_length <= 1 or state.trials >= state.cap
             if state.trials:
                 state.latencies.append(state.latency)
@@ -126,16 +131,13 @@ class TaskScheduler:
     def _offer_siblings(self, state: TaskState) -> None:
         """Enqueue the best configs of up to ``transfer`` sibling tasks (the same knobs), fastest
         first, translated to ``state``'s space; one already visited or offered is passed over."""
-        space = state.task.config_space
-        siblings = sorted((s for s in self.states if s is not state and s.tuner.best_config is not None
-                           and s.task.config_space.signature == space.signature),
-                          key=lambda s: s.tuner.best_flops, reverse=True)
+        measured = [s for s in state.siblings if s.tuner.best_config is not None]
         offers = []
-        for sibling in siblings:
+        for sibling in sorted(measured, key=lambda s: s.tuner.best_flops, reverse=True):
             if len(offers) == self.transfer:
                 break
-            config = space.translate(sibling.tuner.best_config)
-            if config is not None and config.index not in state.tuner.visited | state.offered:
+            config = state.task.config_space.translate(sibling.tuner.best_config)
+            if config is not None and config.index not in state.tuner.visited and config.index not in state.offered:
                 state.offered.add(config.index)
                 offers.append(config)
         state.tuner.enqueue(offers)
