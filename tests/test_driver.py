@@ -80,8 +80,12 @@ def test_benchmark_writes_table_and_chart(tuned):
     assert "x fastest other" in result.stdout
     assert (out / "t-benchmark.png").stat().st_size > 5000
     assert (out / "t-benchmark.json").exists()
-    profile = (out / "t-mm-tvm-tuned-profile.csv").read_text()
-    assert "Name" in profile or "name" in profile.lower()
+    profile = list(csv.DictReader((out / "t-mm-tvm-tuned-profile.csv").open()))
+    kernels = [r for r in profile if not r["name"].startswith("vm.builtin.")]
+    assert kernels and sum(float(r["share"]) for r in profile) == pytest.approx(1.0, abs=1e-3)
+    # each kernel is also timed when called again at once; the VM's builtins are not
+    assert all(float(r["total_ms"]) > 0 and float(r["hot_ms"]) > 0 for r in kernels)
+    assert all(r["hot_ms"] == "" for r in profile if r["name"].startswith("vm.builtin."))
 
 
 def test_experiment_writes_runs_summary_and_plots(tmp_path):

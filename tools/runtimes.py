@@ -105,7 +105,9 @@ def _onnxruntime(model: Any, threads: int) -> Runtime:
     return Runtime("onnxruntime", call, lambda: list(call()))
 
 
-def _openvino(model: Any, threads: int) -> Runtime:
+def openvino_model(model: Any, threads: int, extra: dict | None = None) -> Any:
+    """The model compiled by OpenVINO for the CPU as the benchmark times it (``extra``: more
+    properties, e.g. ``{"PERF_COUNT": "YES"}`` for its per-layer profile)."""
     try:
         import openvino as ov
     except ImportError:
@@ -113,10 +115,12 @@ def _openvino(model: Any, threads: int) -> Runtime:
     converted = _convert("openvino.convert_model", lambda: ov.convert_model(model.module, example_input=model.inputs))
     # float32 as every other variant: on a CPU with AVX512-BF16 or AMX, OpenVINO's default is bfloat16
     # (MiniLM-BERT on 2 Zen 5 cores: 5.5 ms with an error of 8e-3, 8.9 ms in float32 with 3e-6)
-    compiled = ov.Core().compile_model(converted, "CPU", {"INFERENCE_NUM_THREADS": threads,
-                                                          "PERFORMANCE_HINT": "LATENCY",
-                                                          "INFERENCE_PRECISION_HINT": "f32"})
-    request = compiled.create_infer_request()
+    return ov.Core().compile_model(converted, "CPU", {"INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY",
+                                                      "INFERENCE_PRECISION_HINT": "f32", **(extra or {})})
+
+
+def _openvino(model: Any, threads: int) -> Runtime:
+    request = openvino_model(model, threads).create_infer_request()
     inputs = [x.numpy() for x in model.inputs]
 
     def call() -> Any:
