@@ -127,10 +127,13 @@ def monitor_plots(monitor: list[dict], path: str, title: str) -> None:
 def latency_curves(runs: list[dict], path: str) -> None:
     """Model latency against tuning time per tuner, one panel per model: at each checkpoint the
     median over seeds of the seconds and of the latency, with the 25-75% band of the latency. The
-    untuned build (checkpoint 0) is named in the title, not drawn: it can be 100x the tuned ones."""
+    untuned build (checkpoint 0) is named in the title, not drawn: it can be 100x the tuned ones.
+    Where the curves still span more than 4x (early checkpoints with functions not yet tuned),
+    the latency axis is logarithmic, so the tuners' final differences of a few percent stay visible."""
     models = list(dict.fromkeys(r["model"] for r in runs))
     fig, axes = plt.subplots(1, len(models), figsize=(6 * len(models), 4.4), squeeze=False)
     for ax, model in zip(axes[0], models):
+        drawn: list[float] = []
         for label in dict.fromkeys(r["label"] for r in runs if r["model"] == model):
             group = [r["checkpoints"] for r in runs if r["model"] == model and r["label"] == label]
             points = range(1, min(len(c) for c in group))
@@ -140,9 +143,13 @@ def latency_curves(runs: list[dict], path: str) -> None:
                               label=f"{label} (n={len(group)})", linewidth=1.8)
             ax.fill_between(seconds, np.percentile(latency, 25, axis=0), np.percentile(latency, 75, axis=0),
                             color=line.get_color(), alpha=0.15)
+            drawn += list(latency.ravel())
         untuned = next(r["checkpoints"][0]["latency_ms"] for r in runs if r["model"] == model)
+        log = bool(drawn) and max(drawn) > 4 * min(drawn)
+        if log:
+            ax.set_yscale("log")
         ax.set(title=f"{model} (untuned: {untuned:.4g} ms)", xlabel="tuning time, s",
-               ylabel="model latency, ms (lower is better)")
+               ylabel=f"model latency, ms{', log scale' if log else ''} (lower is better)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="upper right")
     fig.suptitle("Model latency along the tuning budget\n(median over seeds, 25-75% band)", fontsize=11)
