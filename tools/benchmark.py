@@ -96,10 +96,11 @@ def profile_tvm(exe: Any, target: Any, model: Any, runs: int = 5) -> str:
             started[symbol] = time.perf_counter()
             return 0
         dev.sync()
-        entry = totals.setdefault(symbol, [0, 0.0, 0.0])
+        kernel = not symbol.startswith("vm.builtin.")
+        entry = totals.setdefault(symbol, [0, 0.0, 0.0 if kernel else None])
         entry[0] += 1
         entry[1] += time.perf_counter() - started.pop(symbol, time.perf_counter())
-        if not symbol.startswith("vm.builtin."):
+        if kernel:
             start = time.perf_counter()
             func(*args)
             dev.sync()
@@ -113,7 +114,7 @@ def profile_tvm(exe: Any, target: Any, model: Any, runs: int = 5) -> str:
     grand = sum(v[1] for v in totals.values()) or 1.0
     lines = ["name,calls,total_ms,share,hot_ms"]
     for name, (calls, secs, hot) in sorted(totals.items(), key=lambda kv: -kv[1][1]):
-        hot_ms = "" if name.startswith("vm.builtin.") else f"{1e3 * hot / runs:.4f}"
+        hot_ms = "" if hot is None else f"{1e3 * hot / runs:.4f}"
         lines.append(f"{name},{calls},{1e3 * secs / runs:.4f},{secs / grand:.4f},{hot_ms}")
     return "\n".join(lines) + "\n"
 

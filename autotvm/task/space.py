@@ -280,6 +280,8 @@ class ConfigSpace:
         self.knobs: list[Knob] = []
         self._by_name: dict[str, Knob] = {}
         self._dims: list[int] | None = None
+        self._digest: str | None = None  # kept until a knob is added
+        self._signature: tuple | None = None
         self.flop = 0.0
         self.errors: list[str] = []
 
@@ -464,7 +466,7 @@ class ConfigSpace:
         """A short hash of the knobs and their candidates. Records carry the digest of the space
         they were measured in: a record of another space (a knob renamed, candidates changed,
         another design space) is stale, even where its knob values happen to exist here."""
-        if getattr(self, "_digest", None) is None:
+        if self._digest is None:
             text = json.dumps([[kn.name, [e.to_json() for e in kn.entities]] for kn in self.knobs], default=str)
             self._digest = hashlib.sha1(text.encode()).hexdigest()[:16]
         return self._digest
@@ -474,7 +476,7 @@ class ConfigSpace:
         """The knobs' names, kinds and widths (a split's levels): spaces with the same signature
         come from the same template (or MetaSchedule design space) on different shapes, so a
         config of one has a counterpart in the other (``translate``). Kept, as ``digest`` is."""
-        if getattr(self, "_signature", None) is None:
+        if self._signature is None:
             widths = [len(j) if isinstance(j, list) else 0 for j in (kn.entities[0].to_json() for kn in self.knobs)]
             self._signature = tuple((kn.name, kn.kind, w) for kn, w in zip(self.knobs, widths))
         return self._signature
