@@ -81,7 +81,9 @@ def test_xgb_program_features(matmul_task, measure_opt):
 def test_cpu_cache_flush_measures_cold_runs(builder):
     """``enable_cpu_cache_flush`` (from the config) times every repeat after a cache flush: a
     vector add over 1.5 MB, which stays in L2 when run in a loop, is slower from memory (4.8-5.6x
-    on 2 AVX-512 cores; over 12 MB, which a 480 MB L3 holds, two threads read as fast from memory)."""
+    on 2 AVX-512 cores; over 12 MB, which a 480 MB L3 holds, two threads read as fast from memory).
+    The fastest repeats are compared: another process on the cores only slows repeats down, so
+    every cold repeat must be slower than the fastest warm one; a disturbed warm one is ignored."""
     from tvm import te
 
     from tools.measure_setup import measure_option_from_settings
@@ -102,7 +104,7 @@ def test_cpu_cache_flush_measures_cold_runs(builder):
         cold_runner.close()
         warm_runner.close()
     assert cold.error_no == 0 and warm.error_no == 0
-    assert np.median(cold.costs) > 1.2 * np.median(warm.costs), (cold.costs, warm.costs)
+    assert min(cold.costs) > 1.2 * min(warm.costs), (cold.costs, warm.costs)
 
 
 def _worker_threads() -> int:
