@@ -5,6 +5,7 @@ import csv
 import json
 import os
 
+from autotvm.record import load_from_file
 from tools.config import load_config
 from tools.experiment import run_experiments
 
@@ -37,6 +38,12 @@ def test_model_tuners_tunes_builds_and_times_each_run(tmp_path, capsys):
     with open(out / "summary.csv") as handle:
         summary = list(csv.DictReader(handle))
     assert {"model", "tuner", "seed", "trials", "tuning_s", "latency_ms"} <= set(summary[0]) and len(summary) == 2
+    with open(out / "functions.csv") as handle:
+        functions = list(csv.DictReader(handle))
+    # each function GA-DQN tuned, with its best time; MetaSchedule's database names no functions
+    tuned = {inp.task.name for inp, res in load_from_file(out / "logs" / "ga-dqn-seed0-mlp.json") if res.error_no == 0}
+    assert {f["function"] for f in functions} == tuned and {f["tuner"] for f in functions} == {"ga-dqn"}
+    assert all(float(f["best_ms"]) > 0 for f in functions)
     ratio = (out / "ratios.txt").read_text()
     assert ratio.startswith("metaschedule latency / ga-dqn latency:") and "one seed: no interval" in ratio
     for plot in ("curves.png", "bars.png"):

@@ -15,8 +15,10 @@ Writes under ``<save_path>/<save_name>/model_tuners/``: ``runs.json`` (every run
 checkpoints), ``summary.csv`` (a row per run), ``table.csv`` (per model and tuner: median latency
 over seeds, tuning time, and the trials and seconds needed to come within 5% of the best latency
 any run of the model reached), ``ratios.txt`` (each tuner's latency over GA-DQN's, with 90%
-bootstrap intervals over seeds), ``curves.png``, ``bars.png``, and ``logs/`` with each run's
-records (MetaSchedule's: its database folder).
+bootstrap intervals over seeds), ``functions.csv`` (per model, tuner and function: the best time
+measured while tuning, median over seeds; our tuners' runs, MetaSchedule's database does not name
+its functions), ``curves.png``, ``bars.png``, and ``logs/`` with each run's records
+(MetaSchedule's: its database folder).
 """
 
 from __future__ import annotations
@@ -284,6 +286,9 @@ def _finish(exp: ModelExperiment, references: dict[str, dict[str, float]]) -> Re
                         "trials_to_5pct": trials_to, "seconds_to_5pct": seconds_to,
                         "matches_pytorch": run["matches_pytorch"]})
     exp.write_csv("summary.csv", summary)
+    functions = _function_bests(runs)
+    if functions:
+        exp.write_csv("functions.csv", functions)
     table = _table(summary, references)
     exp.write_csv("table.csv", table)
     ratios = _ratio_lines(summary, [r["tuner"] for r in table])
@@ -292,6 +297,25 @@ def _finish(exp: ModelExperiment, references: dict[str, dict[str, float]]) -> Re
     latency_curves(runs, os.path.join(exp.out_dir, "curves.png"))
     latency_bars(table, references, os.path.join(exp.out_dir, "bars.png"))
     return table, ratios
+
+
+def _function_bests(runs: list[dict]) -> list[dict]:
+    """Per model, tuner and function, the median over seeds of each run's best measured time: where
+    one tuner's model gains or loses against another's."""
+    bests: dict[tuple, list[float]] = {}
+    for run in runs:
+        log = run["records"] + ".json"
+        if not os.path.isfile(log):  # MetaSchedule's database folder
+            continue
+        best: dict[str, float] = {}
+        for inp, res in load_from_file(log):
+            if res.error_no == 0:
+                best[inp.task.name] = min(best.get(inp.task.name, float("inf")), float(np.mean(res.costs)))
+        for function, seconds in best.items():
+            bests.setdefault((run["model"], run["label"], function), []).append(seconds)
+    return [{"model": model, "tuner": tuner, "function": function, "seeds": len(times),
+             "best_ms": 1e3 * statistics.median(times)}
+            for (model, tuner, function), times in sorted(bests.items(), key=lambda item: (item[0][0], item[0][2]))]
 
 
 def _median(values: list) -> float | None:
