@@ -37,7 +37,7 @@ import tabulate
 
 import autotvm
 from autotvm.env import runtime_threads, use_runtime_threads
-from autotvm.record import load_from_file
+from autotvm.record import best_by_workload, load_from_file
 
 from .benchmark import compare_outputs, time_interleaved
 from .compare import geomean_ratio_interval, ms_fast_build, quiet_metaschedule
@@ -307,12 +307,9 @@ def _function_bests(runs: list[dict]) -> list[dict]:
         log = run["records"] + ".json"
         if not os.path.isfile(log):  # MetaSchedule's database folder
             continue
-        best: dict[str, float] = {}
-        for inp, res in load_from_file(log):
-            if res.error_no == 0:
-                best[inp.task.name] = min(best.get(inp.task.name, float("inf")), float(np.mean(res.costs)))
-        for function, seconds in best.items():
-            bests.setdefault((run["model"], run["label"], function), []).append(seconds)
+        for group in best_by_workload(load_from_file(log)).values():
+            inp, res = group[0]
+            bests.setdefault((run["model"], run["label"], inp.task.name), []).append(res.mean_cost)
     return [{"model": model, "tuner": tuner, "function": function, "seeds": len(times),
              "best_ms": 1e3 * statistics.median(times)}
             for (model, tuner, function), times in sorted(bests.items(), key=lambda item: (item[0][0], item[0][2]))]
