@@ -33,12 +33,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    from autotvm.env import AutoTVMError  # imports TVM: after the arguments are known to be sane
-    from tools.config import load_config
+    from autotvm.checks import AutoTVMError
+    from tools.config import load_config  # imports TVM: after the arguments are known to be sane
 
     try:
         config = load_config(args.config)
-        if args.method in ("tune", "benchmark") and not config["models"]:
+        if args.method in ("tune", "benchmark") and not config.models:
             raise AutoTVMError(f"config key models: -m={args.method} needs at least one model")
         if args.method == "tune":
             from tools.tune import tune_models

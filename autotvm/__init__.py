@@ -7,7 +7,8 @@ nothing of the tuners built on top of it.
 
 from . import callback, measure, record, task, tuner
 from .dispatcher import ApplyHistoryBest, DispatchContext, apply_history_best
-from .env import AutoTVMError, make_target, runtime_threads, use_runtime_threads
+from .checks import AutoTVMError
+from .env import make_target, runtime_threads, use_runtime_threads
 from .measure import (LocalBuilder, LocalRunner, MeasureErrorNo, MeasureInput, MeasureResult, RPCRunner,
                       measure_option)
 from .task import ConfigEntity, ConfigSpace, create_from_primfunc, get_config, template

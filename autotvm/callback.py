@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Sequence
 
+from .checks import AutoTVMError, check, choice
 from .record import append_records, claim_log, encode
 
 _SI = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
@@ -31,8 +32,6 @@ def log_to_file(file_or_path: Any) -> Callable:
     if isinstance(file_or_path, (str, os.PathLike)):
         directory = os.path.dirname(os.path.abspath(file_or_path))
         if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
-            from .env import AutoTVMError
-
             raise AutoTVMError(f"cannot write the log {str(file_or_path)!r}: its folder is missing or not writable")
         claim_log(file_or_path)
     return _callback
@@ -41,8 +40,7 @@ def log_to_file(file_or_path: Any) -> Callable:
 def progress_bar(total: int, prefix: str = "", si_prefix: str = "G", file: Any = None) -> Callable:
     """A tqdm bar showing current and best FLOPS, trials done and elapsed time. Call its
     ``close()`` when tuning stops early on an error, so the bar ends before the message."""
-    if si_prefix not in _SI:
-        raise ValueError(f"unknown si_prefix {si_prefix!r}; allowed: {', '.join(_SI)}")
+    check("si_prefix", si_prefix, choice(_SI))
     return _ProgressBar(total, prefix, si_prefix, file)
 
 

@@ -12,14 +12,11 @@ import inspect
 import sys
 from typing import Any
 
-import numpy as np
 import tvm
 
+from .checks import AutoTVMError, check_int
+
 SUPPORTED_TARGET_KINDS = ("llvm", "cuda")
-
-
-class AutoTVMError(ValueError):
-    """A user-facing error: its message is one line naming what is wrong and what is allowed."""
 
 
 def make_target(target: Any) -> tvm.target.Target:
@@ -84,32 +81,10 @@ def _check_mcpu(spec: dict) -> None:
                            f"{', '.join(close or known[:6])}")
 
 
-def check_int(name: str, value: Any, low: int = 1) -> int:
-    """``value`` if it is an integer >= ``low`` (not a bool, not a string), else an error naming it."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise AutoTVMError(f"{name} must be an integer >= {low}, got {value!r}")
-    return int(value)
-
-
-def check_number(name: str, value: Any, low: float = 0.0, strict: bool = False) -> float:
-    """``value`` as a float if it is a number >= ``low`` (> with ``strict``), else an error naming it."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or \
-            not (value > low if strict else value >= low):
-        raise AutoTVMError(f"{name} must be a number {'>' if strict else '>='} {low:g}, got {value!r}")
-    return float(value)
-
-
-def check_seed(seed: Any) -> int | None:
-    """A tuner's seed: an integer or None."""
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
-        raise AutoTVMError(f"seed must be a non-negative integer or None, got {seed!r}")
-    return seed
-
-
 def _host_defaults(spec: dict) -> dict:
     """Fill an LLVM target in for this machine: its core count and, unless the target names a
     CPU or a triple (cross-compiling), this CPU's name. Without ``mcpu`` LLVM emits generic
-    x86-64 code (SSE2, no FMA): measured here, MM512's best fell from 62 to 32 GFLOPS."""
+    x86-64 code (SSE2, no FMA), at about half the speed of the host's vector units."""
     import os
 
     from tvm.target import codegen
@@ -156,7 +131,7 @@ def use_runtime_threads(threads: Any) -> None:
     Without it TVM's runtime takes half the logical CPUs of an x86-64 machine (it counts them as
     hyper-threaded pairs): one thread on a 2-core machine. Kernels tuned that way come out serial
     (a parallel loop cannot win with one thread), and a model built from them leaves a core idle:
-    a 384x384 matmul of MiniLM-BERT ran in 0.20 ms on one thread and 0.11 ms on two."""
+    a model's matmuls then run at about half the speed the cores allow."""
     import os
 
     if isinstance(threads, (tvm.target.Target, dict, str)):
@@ -190,10 +165,10 @@ def _cheap_stack(context: int = 1) -> list:
 def load_tensor_intrinsics() -> None:
     """Import TVM's tensor intrinsics once per process, cheaply.
 
-    MetaSchedule's ``TuneContext`` imports them in its constructor; done naively that costs
-    ~50 s on a 2-core machine because TVMScript's decorator calls ``inspect.stack()`` (which
-    reads source files) for every intrinsic. With a frame-only stack it takes ~3 s. Never call
-    this from a build worker: builds do not need the intrinsics.
+    MetaSchedule's ``TuneContext`` imports them in its constructor; done naively that takes most
+    of a minute on a small machine because TVMScript's decorator calls ``inspect.stack()`` (which
+    reads source files) for every intrinsic; a frame-only stack does the same in seconds. Never
+    call this from a build worker: builds do not need the intrinsics.
     """
     if "tvm.s_tir.tensor_intrin" in sys.modules:
         return

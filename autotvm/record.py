@@ -17,7 +17,7 @@ from typing import Any, Iterable, Iterator
 
 import tvm
 
-from .env import AutoTVMError
+from .checks import AutoTVMError
 from .measure.measure import MeasureInput, MeasureResult
 from .task.space import InstantiationError
 

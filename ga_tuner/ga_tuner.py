@@ -1,4 +1,4 @@
-"""``GATuner``: AutoTVM's genetic algorithm on the shared population plumbing.
+"""``GATuner``: AutoTVM's genetic algorithm as a breeder on the shared population plumbing.
 
 Fitness-proportional parents, single-point crossover at a random point, each knob re-drawn with
 probability ``mutation_prob``, ``elite_num`` elites kept, no config measured twice.
@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
+from autotvm.checks import number
 from autotvm.tuner.population import Member, PopulationTuner
 
 
@@ -36,20 +35,26 @@ class GATuner(PopulationTuner):
         Makes every proposal deterministic for the same measurements.
     """
 
+    OPTIONS = {**PopulationTuner.OPTIONS, "mutation_prob": number(0, 1)}
+
     def __init__(self, task: Any, pop_size: int = 100, elite_num: int = 3, mutation_prob: float = 0.1,
                  screen: int = 1, immigrants: int = 0, seed: int | None = None) -> None:
-        if isinstance(mutation_prob, bool) or not isinstance(mutation_prob, (int, float)) or not 0 <= mutation_prob <= 1:
-            raise ValueError(f"mutation_prob must be a number in [0, 1], got {mutation_prob!r}")
         super().__init__(task, pop_size=pop_size, elite_num=elite_num, screen=screen, immigrants=immigrants,
                          seed=seed)
+        self.check_options(mutation_prob=mutation_prob)
         self.mutation_prob = mutation_prob
 
-    def breed(self, parents: list[Member], probs: np.ndarray, taken: set[int]) -> tuple[list[int], Any]:
-        p1, p2 = self.select_parents(parents, probs)
-        n = len(self.dims)
-        point = int(self.rng.integers(n)) if n > 1 else 0
-        child = p1.knob[:point] + p2.knob[point:]
-        for i, dim in enumerate(self.dims):
-            if dim > 1 and self.rng.random() < self.mutation_prob:
-                child[i] = int(self.rng.integers(dim))
-        return child, None
+    def crossover(self, pairs: list[tuple[Member, Member]]) -> list[Member]:
+        """A cut at a random point: the first parent's knobs before it, the second's after."""
+        children = []
+        for p1, p2 in pairs:
+            point = int(self.rng.integers(len(self.dims))) if len(self.dims) > 1 else 0
+            children.append(Member(p1.knob[:point] + p2.knob[point:], -1))
+        return children
+
+    def mutate(self, children: list[Member], taken: set[int]) -> None:
+        """Each knob redrawn with probability ``mutation_prob``."""
+        for child in children:
+            for i, dim in enumerate(self.dims):
+                if dim > 1 and self.rng.random() < self.mutation_prob:
+                    child.knob[i] = int(self.rng.integers(dim))

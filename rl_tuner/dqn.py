@@ -1,6 +1,6 @@
 """A small deep Q-network agent in plain PyTorch (read it top to bottom, CleanRL style).
 
-Knows nothing of TVM: states are float vectors, actions are ints, invalid actions are masked.
+Knows nothing of TVM (autotvm's option checks aside): states are float vectors, actions are ints, invalid actions are masked.
 MLP Q-network, replay buffer, target network, epsilon-greedy with linear decay, Huber loss, optional double
 DQN, configurable gamma, a training step every ``train_every`` transitions after
 ``learning_starts`` transitions.
@@ -19,6 +19,8 @@ from typing import Iterator
 import numpy as np
 import torch
 from torch import nn
+
+from autotvm.checks import AutoTVMError, check_options, flag, integer, integers, number, text
 
 
 @dataclass
@@ -65,39 +67,26 @@ class DQNConfig:
 
     @classmethod
     def from_dict(cls, values: dict) -> DQNConfig:
-        """A config from plain data (a user's JSON, a saved agent). A misspelt key would otherwise
-        be a ``TypeError`` deep in a run, or, if ignored, a setting silently not applied."""
+        """A config from plain data (a user's JSON, a saved agent), each field checked by its rule in
+        ``RULES``. A misspelt key would otherwise be a ``TypeError`` deep in a run, or, if ignored, a
+        setting silently not applied."""
         allowed = [f.name for f in fields(cls)]
         unknown = sorted(set(values) - set(allowed))
         if unknown:
-            raise ValueError(f"unknown DQN option {unknown[0]!r}; allowed: {', '.join(allowed)}")
-        defaults = cls()
-        for name, value in values.items():
-            problem = _wrong_kind(getattr(defaults, name), value)
-            if problem:
-                raise ValueError(f"DQN option {name} must be {problem}, got {value!r}")
+            raise AutoTVMError(f"unknown DQN option {unknown[0]!r}; allowed: {', '.join(allowed)}")
+        check_options(cls.RULES, values, prefix="DQN option ")
         if "hidden" in values:
             values = {**values, "hidden": tuple(values["hidden"])}
         return cls(**values)
 
 
-def _wrong_kind(default: object, value: object) -> str | None:
-    """What ``value`` should be, judged by the field's default, or None when it fits."""
-    if isinstance(default, bool):
-        return None if isinstance(value, bool) else "true or false"
-    if isinstance(default, int):
-        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
-        return None if ok else "a non-negative integer"
-    if isinstance(default, float):
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
-        return None if ok else "a non-negative number"
-    if isinstance(default, str):
-        return None if isinstance(value, str) else "a string"
-    if isinstance(default, tuple):
-        ok = isinstance(value, (list, tuple)) and value and all(
-            isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)
-        return None if ok else "a list of positive layer widths"
-    return None
+# the rule each field keeps (``autotvm.checks``), for ``from_dict`` and the driver's config schema
+DQNConfig.RULES = {
+    "hidden": integers(1), "lr": number(0), "gamma": number(0, 1), "buffer_size": integer(1),
+    "batch_size": integer(1), "train_every": integer(1), "learning_starts": integer(0), "target_update": integer(1),
+    "eps_start": number(0, 1), "eps_end": number(0, 1), "eps_decay_steps": integer(1), "double_dqn": flag(),
+    "q_init": number(0), "grad_clip": number(0), "device": text(), "num_threads": integer(1),
+}
 
 
 def _mlp(widths: list[int]) -> nn.Sequential:

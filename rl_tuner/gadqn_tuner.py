@@ -1,6 +1,6 @@
 """``GADQNTuner``: an elitist GA whose crossover point and mutated knob are chosen by two DQNs.
 
-One generation, top to bottom (``PopulationTuner`` runs the loop):
+One generation, top to bottom (``PopulationTuner._next_member``; this class is its breeder):
 
 1. keep the ``elite_num`` best members;
 2. give two slots to immigrants: the screen model's pick of 512 random unvisited configs;
@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from autotvm.env import check_int
+from autotvm.checks import AutoTVMError, choice, integer, text
 from autotvm.task.space import DIRECTIONS, MAX_LEVELS, SplitEntity
 from autotvm.tuner.population import Member, PopulationTuner
 
@@ -81,21 +81,23 @@ class GADQNTuner(PopulationTuner):
         Makes every proposal deterministic for the same measurements.
     """
 
+    OPTIONS = {**PopulationTuner.OPTIONS, "reward": choice(REWARDS), "action_policy": choice(POLICIES),
+               "mutation": choice(MUTATIONS), "mode": choice(MODES), "checkpoint": text(none=True),
+               "max_knobs": integer(1, none=True), "dqn": {"type": "object", "properties": DQNConfig.RULES,
+                                                           "additionalProperties": False}}
+    del OPTIONS["immigrants"]  # two a generation when screening (IMMIGRANTS), none without
+
     def __init__(self, task: Any, pop_size: int = 16, elite_num: int = 3, reward: str = "improvement",
                  action_policy: str = "dqn", mutation: str = "directed", screen: int = 16, mode: str = "train",
                  checkpoint: str | None = None, max_knobs: int | None = None,
                  dqn: DQNConfig | dict | None = None, seed: int | None = None) -> None:
-        for name, value, allowed in (("reward", reward, REWARDS), ("action_policy", action_policy, POLICIES),
-                                     ("mode", mode, MODES), ("mutation", mutation, MUTATIONS)):
-            if value not in allowed:
-                raise ValueError(f"unknown {name} {value!r}; allowed: {', '.join(allowed)}")
+        self.check_options(pop_size=pop_size, elite_num=elite_num, screen=screen, reward=reward,
+                           action_policy=action_policy, mutation=mutation, mode=mode, checkpoint=checkpoint,
+                           max_knobs=max_knobs)
         if mode != "train" and not checkpoint:
-            raise ValueError(f"mode {mode!r} needs checkpoint=<path of a saved agent>")
-        if max_knobs is not None and (isinstance(max_knobs, bool) or not isinstance(max_knobs, int) or max_knobs < 1):
-            raise ValueError(f"max_knobs must be an integer >= 1 or None, got {max_knobs!r}")
-        check_int("pop_size", pop_size, 2)
-        check_int("elite_num", elite_num, 0)
-        check_int("screen", screen, 1)
+            raise AutoTVMError(f"mode {mode!r} needs checkpoint=<path of a saved agent>")
+        if dqn is not None and not isinstance(dqn, (DQNConfig, dict)):
+            raise AutoTVMError(f"dqn must be a DQNConfig or a dict of its fields, got {dqn!r}")
         immigrants = 0 if screen == 1 else max(0, min(IMMIGRANTS, pop_size - elite_num - 1))
         super().__init__(task, pop_size=pop_size, elite_num=elite_num, screen=screen, immigrants=immigrants, seed=seed)
         self.reward_name, self.action_policy, self.mode = reward, action_policy, mode
@@ -104,9 +106,6 @@ class GADQNTuner(PopulationTuner):
         self.dims_arr = np.array(self.dims, dtype=np.float64)
         self.monitor: list[dict] = []  # one row per measured child: reward, actions, losses, epsilon
         self._move_mask: np.ndarray | None = None
-        self.initial_mean: float | None = None
-        self.prev_generation_mean = 0.0
-        self._best_seen = self._best_before = 0.0
         if mode != "train":
             self.load(checkpoint)
             if mode == "greedy":
@@ -116,7 +115,7 @@ class GADQNTuner(PopulationTuner):
             config = dqn if isinstance(dqn, DQNConfig) else DQNConfig.from_dict(dqn or {})
             self._make_agents(config)
         if self.n_knobs > self.max_knobs:
-            raise ValueError(f"the task has {self.n_knobs} knobs but the agent handles at most {self.max_knobs}")
+            raise AutoTVMError(f"the task has {self.n_knobs} knobs but the agent handles at most {self.max_knobs}")
         self._level_tables = [self._level_table(knob) for knob in self.space.knobs]
 
     def _make_agents(self, config: DQNConfig) -> None:
@@ -230,52 +229,54 @@ class GADQNTuner(PopulationTuner):
             options = [v for v in range(self.dims[i]) if v != knob[i] and v not in exclude]
         return int(options[int(self.rng.integers(len(options)))]) if options else None
 
-    def breed(self, parents: list[Member], probs: np.ndarray, taken: set[int]) -> tuple[list[int], Any]:
-        return self.breed_batch(parents, probs, taken, 1)[0]
-
-    def breed_batch(self, parents: list[Member], probs: np.ndarray, taken: set[int],
-                    count: int) -> list[tuple[list[int], Any]]:
-        """A slot's ``count`` candidates, each agent scoring all of its states in one forward pass."""
-        pairs = self.select_parent_pairs(parents, probs, count)
-        infos: list[dict] = [{"parent_best": max(p1.score or 0.0, p2.score or 0.0)} for p1, p2 in pairs]
+    # -- the breeder
+    def crossover(self, pairs: list[tuple[Member, Member]]) -> list[Member]:
+        """The crossover agent picks each pair's cut point, all pairs in one forward pass."""
+        children = [Member(list(p1.knob), -1, None, {"parent_best": max(p1.score or 0.0, p2.score or 0.0)})
+                    for p1, p2 in pairs]
         if self.n_knobs > 1:
             states = self.crossover_states(pairs)
             masks = np.repeat(self.crossover_mask()[None], len(pairs), axis=0)
             actions, _ = self._choose(self.crossover_agent, states, masks)
-            children = [p1.knob[: a + 1] + p2.knob[a + 1:] for (p1, p2), a in zip(pairs, actions)]
-            for info, state, action in zip(infos, states, actions):
-                info["crossover"] = (state, int(action))
-        else:
-            children = [list(p1.knob) for p1, _ in pairs]
-        states = self.mutation_states(children)
-        masks = self.mutation_masks([self.space.knob2point(child) not in taken for child in children], children)
+            for child, (p1, p2), state, action in zip(children, pairs, states, actions):
+                child.knob = p1.knob[: action + 1] + p2.knob[action + 1:]
+                child.info["crossover"] = (state, int(action))
+        return children
+
+    def mutate(self, children: list[Member], taken: set[int]) -> None:
+        """The mutation agent picks each child's knob and move, all children in one forward pass
+        ("keep" only where the crossover child is new)."""
+        knobs = [child.knob for child in children]
+        states = self.mutation_states(knobs)
+        masks = self.mutation_masks([self.space.knob2point(knob) not in taken for knob in knobs], knobs)
         actions, q = self._choose(self.mutation_agent, states, masks)
-        for n, (child, info, action) in enumerate(zip(children, infos, actions)):
-            info["mutation"] = (states[n], int(action), masks[n])
-            info["mutation_q"] = None if q is None else q[n]
+        for n, (child, action) in enumerate(zip(children, actions)):
+            child.info["mutation"] = (states[n], int(action), masks[n])
+            child.info["mutation_q"] = None if q is None else q[n]
             knob_i, move = self.decode_mutation(int(action))
             if knob_i is not None and knob_i < self.n_knobs and self.dims[knob_i] > 1:
-                value = self._redraw(child, knob_i, move)
-                child[knob_i] = child[knob_i] if value is None else value
-        return list(zip(children, infos))
+                value = self._redraw(child.knob, knob_i, move)
+                child.knob[knob_i] = child.knob[knob_i] if value is None else value
 
-    def repair(self, knob: list[int], info: Any, taken: set[int]) -> tuple[list[int], Any] | None:
+    def repair(self, child: Member, taken: set[int]) -> Member | None:
         """Mutate the chosen knob again, then try other actions in the agent's order of
-        preference, until the child is one not visited; the action that made it is recorded."""
+        preference, until the child is one not taken; the action that made it is recorded."""
+        info = child.info
         if not info or "mutation" not in info:
-            return super().repair(knob, info, taken)
+            return super().repair(child, taken)
         state, first, mask = info["mutation"]
         order = ([first] if first != self.keep_action else []) + self._action_preference(info.get("mutation_q"), first,
-                                                                                          knob)
+                                                                                          child.knob)
         for action in order:
             i, move = self.decode_mutation(action)
             tried: set[int] = set()
-            candidate = list(knob)
-            while (value := self._redraw(knob, i, move, tried)) is not None:
+            candidate = list(child.knob)
+            while (value := self._redraw(child.knob, i, move, tried)) is not None:
                 tried.add(value)
                 candidate[i] = value
-                if self.space.knob2point(candidate) not in taken:
-                    return candidate, dict(info, mutation=(state, action, mask))
+                point = self.space.knob2point(candidate)
+                if point not in taken:
+                    return Member(candidate, point, None, dict(info, mutation=(state, action, mask)))
         return None
 
     def _action_preference(self, q: np.ndarray | None, exclude: int, knob: list[int]) -> list[int]:
@@ -306,36 +307,21 @@ class GADQNTuner(PopulationTuner):
         if self.reward_name == "score":
             return -FAILURE_PENALTY if failed else min(score, REWARD_CAP)
         if self.reward_name == "r1":
-            return (self.initial_mean or 0.0) / scale - score
+            return (self.generation_means[0] if self.generation_means else 0.0) / scale - score
         if self.reward_name == "r2":
             return score if flops > best_before else 0.0
         if flops > best_before:
             return 5 * score
-        if flops > self.prev_generation_mean:
+        last_mean = self.generation_means[-1] if self.generation_means else 0.0
+        if flops > last_mean:
             return score
-        return 0.0 if flops == self.prev_generation_mean else -score
+        return 0.0 if flops == last_mean else -score
 
-    def on_generation(self) -> None:
-        scores = [m.score for m in self.parents if m.score is not None]
-        self.prev_generation_mean = float(np.mean(scores)) if scores else 0.0
-        if self.initial_mean is None:
-            self.initial_mean = self.prev_generation_mean
-
-    def update(self, inputs, results) -> None:
-        """Children of one batch are all rewarded against the best known before the batch."""
-        self._best_before = self._best_seen
-        super().update(inputs, results)
-        self._best_seen = max([self._best_seen] + [self.flops_of(r) for r in results])
-
-    def learn_history(self, inputs, results) -> None:
-        super().learn_history(inputs, results)
-        self._best_seen = max([self._best_seen] + [self.flops_of(r) for r in results])
-
-    def on_measured(self, member: Member, flops: float) -> None:
+    def learn(self, member: Member, flops: float, best_before: float) -> None:
         """Reward both agents for the child they made (immigrants, which no agent made, have no info)."""
         if not member.info:
             return
-        r = self.reward(flops, self._best_before, member.info["parent_best"])
+        r = self.reward(flops, best_before, member.info["parent_best"])
         crossover_action = member.info.get("crossover", (None, None))[1]
         state, action, mask = member.info["mutation"]
         row = {"trial": len(self.history), "generation": self.generation, "reward": r,
@@ -356,22 +342,12 @@ class GADQNTuner(PopulationTuner):
         row["mutation_move"] = str(DIRECTIONS[move]) if isinstance(move, int) else move
         self.monitor.append(row)
 
-    def greedy_mutation_action(self, knob: list[int], keep_allowed: bool = False) -> int:
-        """The action the mutation network prefers for a child (no exploration)."""
-        state = self.mutation_states([knob])[0]
-        return self.mutation_agent.greedy_action(state, self.mutation_masks([keep_allowed], [knob])[0])
-
-    def greedy_crossover_action(self, p1_knob: list[int], p2_knob: list[int], f1: float = 0.0, f2: float = 0.0) -> int:
-        """The cut point the crossover network prefers for two parents of fitness ``f1``, ``f2``."""
-        pair = (Member(list(p1_knob), 0, f1 * self.best_flops), Member(list(p2_knob), 0, f2 * self.best_flops))
-        return self.crossover_agent.greedy_action(self.crossover_states([pair])[0], self.crossover_mask())
-
     # -- checkpoints
     def save(self, path: str) -> None:
         """Store both agents and the action layout they were trained with."""
         folder = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(folder):
-            raise ValueError(f"cannot save the agents to {path!r}: folder {folder!r} does not exist")
+            raise AutoTVMError(f"cannot save the agents to {path!r}: folder {folder!r} does not exist")
         torch.save({"format": CHECKPOINT_FORMAT, "crossover": self.crossover_agent.state_dict(),
                     "mutation": self.mutation_agent.state_dict(), "max_knobs": self.max_knobs,
                     "moves": self.moves}, path)
@@ -379,10 +355,10 @@ class GADQNTuner(PopulationTuner):
     def load(self, path: str) -> None:
         """Restore both agents from ``save``; states are padded/masked to this task's knob count."""
         if not os.path.isfile(path):
-            raise ValueError(f"checkpoint {path!r} does not exist; save one with GADQNTuner.save(path)")
+            raise AutoTVMError(f"checkpoint {path!r} does not exist; save one with GADQNTuner.save(path)")
         data = torch.load(path, map_location="cpu", weights_only=False)
         if not isinstance(data, dict) or data.get("format") != CHECKPOINT_FORMAT:
-            raise ValueError(f"checkpoint {path!r} was saved by another version of GADQNTuner (format "
+            raise AutoTVMError(f"checkpoint {path!r} was saved by another version of GADQNTuner (format "
                              f"{data.get('format') if isinstance(data, dict) else None}, this one reads "
                              f"{CHECKPOINT_FORMAT}); train the agents again and save them")
         self.max_knobs = int(data["max_knobs"])

@@ -72,15 +72,15 @@ def test_unknown_mcpu_is_an_error_not_a_generic_cpu():
 
 
 @pytest.mark.parametrize("make, words", [
-    (lambda task: RandomTuner(task, seed="abc"), "seed must be a non-negative integer or None, got 'abc'"),
+    (lambda task: RandomTuner(task, seed="abc"), "seed must be an integer >= 0 or None, got 'abc'"),
     (lambda task: autotvm.tuner.GADQNTuner(task, pop_size="16"), "pop_size must be an integer >= 2, got '16'"),
-    (lambda task: autotvm.tuner.GADQNTuner(task, dqn={"lr": "fast"}), "DQN option lr must be a non-negative number"),
-    (lambda task: autotvm.tuner.GADQNTuner(task, dqn={"hidden": [64, "x"]}), "DQN option hidden must be a list"),
+    (lambda task: autotvm.tuner.GADQNTuner(task, dqn={"lr": "fast"}), "DQN option lr must be a number >= 0, got 'fast'"),
+    (lambda task: autotvm.tuner.GADQNTuner(task, dqn={"hidden": [64, "x"]}), "DQN option hidden must be a list of integers >= 1"),
     (lambda task: autotvm.tuner.XGBTuner(task, plan_size="a"), "plan_size must be an integer >= 1, got 'a'"),
     (lambda task: autotvm.LocalRunner(number="3"), "runner number must be an integer >= 1, got '3'"),
     (lambda task: autotvm.LocalRunner(timeout=0), "runner timeout must be a number > 0"),
     (lambda task: autotvm.LocalBuilder(n_parallel=0), "builder n_parallel must be an integer >= 1, got 0"),
-    (lambda task: autotvm.RPCRunner("k", "localhost", "9190"), "port must be an integer in 1..65535"),
+    (lambda task: autotvm.RPCRunner("k", "localhost", "9190"), "RPCRunner port must be an integer in 1..65535, got '9190'"),
     (lambda task: RandomTuner(task).tune(4, {}), "measure_option must come from autotvm.measure_option"),
     (lambda task: RandomTuner("not a task"), "task must be an autotvm task"),
 ])

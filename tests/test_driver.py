@@ -104,7 +104,8 @@ def test_experiment_writes_runs_summary_and_plots(tmp_path):
     assert "median_best_gflops" in (exp / "compare_gadqn_ga" / "summary.csv").read_text()
     # the experiment's question answered: the ratio with its interval, printed and saved
     ratio = (exp / "compare_gadqn_ga" / "ratios.txt").read_text()
-    assert ratio.startswith("ga-dqn / ga: geometric mean") and "bootstrap interval" in ratio
+    # two seeds: no interval, the per-seed ratios
+    assert ratio.startswith("ga-dqn / ga: geometric mean") and "per seed" in ratio and "too few seeds" in ratio
     assert ratio.strip() in result.stdout
     assert (exp / "gadqn_monitor" / "monitor-mm64.png").stat().st_size > 5000
     variant_runs = json.load(open(exp / "compare_tuners" / "runs.json"))
@@ -139,7 +140,13 @@ def test_experiment_variant_options_reach_the_tuner_and_a_refused_value_keeps_ea
     config["experiments"].update(names=["compare_tuners"], repeats=1, tuners=["ga", "ga@bad"],
                                  tuner_options={"ga@bad": {"pop_size": 1}})
     (tmp_path / "c.json").write_text(json.dumps(config))
-    _bad(driver("-m=experiment", f"-c={tmp_path / 'c.json'}"), "ga tuner options", "pop_size must be an integer >= 2")
+    # a value its rule refuses is refused with the config, before anything is measured
+    _bad(driver("-m=experiment", f"-c={tmp_path / 'c.json'}"), "experiments.tuner_options.ga@bad.pop_size", ">= 2")
+    assert not (tmp_path / "exp" / "e" / "compare_tuners" / "runs.json").exists()
+    # options that only the tuner can judge together are refused when it is made: earlier runs are kept
+    config["experiments"]["tuner_options"] = {"ga@bad": {"pop_size": 4, "elite_num": 4}}
+    (tmp_path / "c.json").write_text(json.dumps(config))
+    _bad(driver("-m=experiment", f"-c={tmp_path / 'c.json'}"), "ga tuner options", "elite_num must be in [0, pop_size)")
     runs = json.load(open(tmp_path / "exp" / "e" / "compare_tuners" / "runs.json"))
     assert [r["label"] for r in runs] == ["ga"] and len(runs[0]["curve"]) == 6  # measured before: kept
 
@@ -170,9 +177,9 @@ def test_malformed_json_says_line_and_column(tmp_path):
 
 @pytest.mark.parametrize("override,words", [
     ({"autotuner_settings": {"trails": 3}}, ["autotuner_settings: unknown key 'trails'", "trials"]),
-    # checked when the model or the tuner is made, not by the config loader
+    # checked when the model is made, not by the config loader
     ({"models": [{"name": "x", "type": "op", "workload": "nope"}]}, ["nope", "c1"]),
-    ({"autotuner_settings": {"tuner_options": {"reward": "best"}}}, ["ga-dqn tuner options", "'best'", "improvement"]),
+    ({"autotuner_settings": {"tuner_options": {"reward": "best"}}}, ["tuner_options.reward", "'best'", "improvement"]),
     ({"target": {"kind": "llvm", "mcpu": "notacpu"}}, ["mcpu 'notacpu'"]),
     ({"models": [{"name": "x", "type": "op", "workload": "r3x3", "conv_layout": "NCHW", "conv_algorithm": "winograd"}]},
      ["models.x.conv_algorithm", "winograd", "NHWC"]),
@@ -258,7 +265,7 @@ def test_cuda_without_a_gpu_is_one_line_for_tune_and_benchmark(tmp_path):
     ({"autotuner_settings": {"trials": 0}}, ["autotuner_settings.trials", ">= 1"]),
     ({"experiments": {"remeasure": -1}}, ["experiments.remeasure", ">= 0"]),
     # a misspelt tuner option would otherwise be silently ignored
-    ({"autotuner_settings": {"tuner_options": {"pop_szie": 4}}}, ["tuner_options.pop_szie", "pop_size"]),
+    ({"autotuner_settings": {"tuner_options": {"pop_szie": 4}}}, ["tuner_options", "'pop_szie'", "pop_size"]),
     ({"autotuner_settings": {"tuner_options": {"dqn": {"gama": 0.5}}}}, ["tuner_options.dqn", "'gama'", "gamma"]),
     ({"autotuner_settings": {"tuner_options": {"pop_size": "big"}}}, ["tuner_options.pop_size", "an integer", "'big'"]),
     ({"experiments": {"tuners": ["ga", "gaa@x"]}}, ["experiments.tuners.1", "gaa@x", "NAME@LABEL"]),
@@ -271,9 +278,23 @@ def test_cuda_without_a_gpu_is_one_line_for_tune_and_benchmark(tmp_path):
 ])
 def test_bad_keys_in_process(override, words):
     """The same one-line errors, from the config loader itself (the driver prints them as above)."""
-    from tools.config import ConfigError, load_config
+    from autotvm import AutoTVMError
+    from tools.config import load_config
 
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(AutoTVMError) as err:
         load_config(json.dumps(override))
     message = str(err.value)
     assert "\n" not in message and all(word in message for word in words), message
+
+
+def test_throughput_experiment_times_the_tuners_against_metaschedule(tmp_path):
+    config = {"experiments": {"names": ["throughput"], "workloads": ["mm64"], "trials": 8, "repeats": 1,
+                              "save_path": str(tmp_path), "save_name": "t"},
+              "autotuner_settings": {"n_parallel": 2, "number": 2, "repeat": 1}}
+    result = driver("-m=experiment", "-c=" + json.dumps(config))
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = list(csv.DictReader(open(tmp_path / "t" / "throughput" / "summary.csv")))
+    assert [r["tuner"] for r in rows] == ["random", "xgb", "metaschedule"]
+    assert all(int(r["trials"]) == 8 and float(r["trials_per_s"]) > 0 for r in rows)
+    assert float(rows[0]["peak_rss_mib"]) > 100  # the tuning process and its workers
+    assert "xgb" in (tmp_path / "t" / "throughput" / "ratios.txt").read_text()

@@ -15,6 +15,20 @@ from synthetic import (SyntheticTask, dominant_knob, inner_tiles, nk_landscape, 
 SEEDS = range(6)
 
 
+def greedy_mutation_action(tuner: GADQNTuner, knob: list[int], keep_allowed: bool = False) -> int:
+    """The action the mutation network prefers for a child (no exploration)."""
+    state = tuner.mutation_states([knob])[0]
+    return tuner.mutation_agent.greedy_action(state, tuner.mutation_masks([keep_allowed], [knob])[0])
+
+
+def greedy_crossover_action(tuner: GADQNTuner, p1_knob: list[int], p2_knob: list[int]) -> int:
+    """The cut point the crossover network prefers for two parents (of fitness 0)."""
+    from autotvm.tuner.population import Member
+
+    pair = (Member(list(p1_knob), 0, 0.0), Member(list(p2_knob), 0, 0.0))
+    return tuner.crossover_agent.greedy_action(tuner.crossover_states([pair])[0], tuner.crossover_mask())
+
+
 @pytest.fixture(scope="module")
 def dominant_runs():
     task = dominant_knob()
@@ -32,7 +46,7 @@ def test_mutation_agent_learns_the_dominant_knob(dominant_runs):
     d = task.dominant
     rng = np.random.default_rng(0)
     # greedy choice for the final population's children with the dominant knob moved off its optimum
-    greedy = [[t.decode_mutation(t.greedy_mutation_action(
+    greedy = [[t.decode_mutation(greedy_mutation_action(t,
         m.knob[:d] + [int(rng.integers(task.width // 2))] + m.knob[d + 1:])) for m in t.population]
         for t in runs["dqn"]]
     on_dominant = [np.mean([knob == d for knob, _ in moves]) for moves in greedy]
@@ -123,9 +137,9 @@ def test_save_load_modes_and_transfer(tmp_path):
     trained.save(path)
     greedy = GADQNTuner(task, pop_size=8, mode="greedy", checkpoint=path, seed=0)
     probes = [trained.space.point2knob(i) for i in trained.space.sample_ints(20, np.random.default_rng(0))]
-    assert [greedy.greedy_mutation_action(k) for k in probes] == [trained.greedy_mutation_action(k) for k in probes]
-    assert [greedy.greedy_crossover_action(k, k[::-1]) for k in probes] == \
-           [trained.greedy_crossover_action(k, k[::-1]) for k in probes]
+    assert [greedy_mutation_action(greedy, k) for k in probes] == [greedy_mutation_action(trained, k) for k in probes]
+    assert [greedy_crossover_action(greedy, k, k[::-1]) for k in probes] == \
+           [greedy_crossover_action(trained, k, k[::-1]) for k in probes]
     run(greedy, task, 20)
     assert greedy.mutation_agent.transitions == trained.mutation_agent.transitions  # greedy never learns
     cont = GADQNTuner(task, pop_size=8, mode="continue", checkpoint=path, seed=0)
@@ -245,23 +259,6 @@ def test_ranked_acting_spreads_a_batch_over_the_best_actions():
     assert list(actions) == [2, 4, 0, 5, 1, 2]
 
 
-def _screened_slots(tuner: GADQNTuner, task, trials: int) -> list[tuple[int, list]]:
-    """Tune, and return every slot's screened candidates (children and infos) with the number
-    of trials measured when they were bred."""
-    slots = []
-    breed = tuner.breed_batch
-
-    def recording(parents, probs, taken, count):
-        children = breed(parents, probs, taken, count)
-        if count > 1:
-            slots.append((len(tuner.history), children))
-        return children
-
-    tuner.breed_batch = recording
-    run(tuner, task, trials)
-    return slots
-
-
 def test_a_slots_candidates_take_the_top_of_the_agents_ranking():
     """Greedy on every candidate, a slot's 16 children (similar parents, similar states) would
     mostly take one move and leave the screen nothing to choose from: without exploration,
@@ -269,14 +266,15 @@ def test_a_slots_candidates_take_the_top_of_the_agents_ranking():
     task = nk_landscape(seed=0)
     tuner = run(GADQNTuner(task, seed=0), task, 80)
     tuner.mutation_agent.training = False
-    children = tuner.breed_batch(tuner.parents, tuner.parent_probs, set(), tuner.screen)
-    actions = [info["mutation"][1] for _, info in children]
+    children = tuner.crossover(tuner.select_parent_pairs(tuner.parents, tuner.parent_probs, tuner.screen))
+    tuner.mutate(children, set())
+    actions = [child.info["mutation"][1] for child in children]
     assert len(set(actions)) >= tuner.screen // 2, actions
 
 
 def test_the_command_line_passes_every_gadqn_option():
-    """``tools.tuners`` keeps only the options it knows for each tuner name: every keyword of
-    GA-DQN must be among them, or a config's setting is silently dropped."""
+    """``tools.tuners`` keeps only the options it knows for each tuner name (GA-DQN's ``OPTIONS``):
+    every keyword of GA-DQN must be among them, or a config's setting is silently dropped."""
     import inspect
 
     from tools.tuners import TUNER_OPTIONS, make_tuner
@@ -338,7 +336,7 @@ def test_directed_mutation_learns_which_way_to_move_a_tile(tmp_path):
     for seed in range(5):
         tuner = run(GADQNTuner(task, pop_size=16, mutation="directed", screen=1, seed=seed),
                     task, 200)
-        moves = [tuner.decode_mutation(tuner.greedy_mutation_action(k))[1] for k in probes]
+        moves = [tuner.decode_mutation(greedy_mutation_action(tuner, k))[1] for k in probes]
         valid = [m[: len(DIRECTIONS) * tuner.max_knobs].reshape(len(DIRECTIONS), -1)
                  for m in tuner.mutation_masks([False] * len(probes), probes)]
         chance = np.mean([v[into_last].sum() / max(v.sum(), 1) for v in valid])  # uniform choice's share

@@ -4,10 +4,9 @@ import pytest
 
 import autotvm
 from autotvm.env import AutoTVMError
-from tools.benchmark import compare_outputs
-from tools.models import load_model
+from tools.models import bound_params, load_model
 from tools.runtimes import tvm_runtime
-from tools.tune import bound_params
+from tools.timing import compare_outputs
 
 
 def _build_and_check(spec, rtol=1e-3, atol=1e-3):

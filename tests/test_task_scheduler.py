@@ -59,9 +59,9 @@ def test_loaded_trials_count_against_both_budgets():
 
 def test_bad_arguments_are_named():
     tasks = [_task("a", 1)]
-    with pytest.raises(AutoTVMError, match="allowed: gradient, round-robin"):
+    with pytest.raises(AutoTVMError, match="task scheduler must be one of: gradient, round-robin"):
         TaskScheduler(tasks, [RandomTuner(tasks[0])], 10, 10, strategy="fastest")
-    with pytest.raises(AutoTVMError, match="model_trials must be a positive integer"):
+    with pytest.raises(AutoTVMError, match="model_trials must be an integer >= 1"):
         TaskScheduler(tasks, [RandomTuner(tasks[0])], 0, 10)
 
 

@@ -86,14 +86,14 @@ def test_cpu_cache_flush_measures_cold_runs(builder):
     every cold repeat must be slower than the fastest warm one; a disturbed warm one is ignored."""
     from tvm import te
 
-    from tools.measure_setup import measure_option_from_settings
+    from tools.config import load_config
 
     a, b = te.placeholder((1 << 17,), name="a"), te.placeholder((1 << 17,), name="b")
     add = te.compute(a.shape, lambda i: a[i] + b[i], name="add")
     task = autotvm.task.create_from_primfunc(te.create_prim_func([a, b, add]), "llvm", name="add128k")
     settings = {"n_parallel": 2, "timeout": 10, "number": 1, "repeat": 7, "min_repeat_ms": 0,
                 "enable_cpu_cache_flush": True}
-    cold_runner = measure_option_from_settings(settings)["runner"]
+    cold_runner = load_config(json.dumps({"autotuner_settings": settings})).autotuner_settings.measure_option()["runner"]
     assert cold_runner.enable_cpu_cache_flush
     warm_runner = autotvm.LocalRunner(number=1, repeat=7, timeout=10)
     try:

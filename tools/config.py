@@ -1,6 +1,10 @@
-"""The driver's configuration: JSON (a file or inline), validated against a JSON Schema.
+"""The driver's configuration: JSON (a file or inline), validated against one JSON Schema, then
+turned into typed settings (``tools.settings.Config``).
 
-Every key is documented in the README. Errors are one line naming the key and what is allowed.
+The schema is the one source of the driver's options: every key, its type and default, the
+registries' names (tuners, models, runtimes, workloads, experiments) as its enums and the tuners'
+own option rules (their ``OPTIONS``, ``autotvm.checks``). Every key is in docs/config.md. Errors
+are one line naming the key and what is allowed.
 """
 
 from __future__ import annotations
@@ -12,19 +16,16 @@ from typing import Any, Iterator
 
 import jsonschema
 
-from autotvm.env import AutoTVMError
+from autotvm.checks import AutoTVMError, Validator, describe
 from autotvm.tuner.task_scheduler import STRATEGIES
 from autotvm.task.relax_integration import CONV_ALGORITHMS, CONV_LAYOUTS
 
-from rl_tuner.dqn import DQNConfig
-
+from .experiments import EXPERIMENTS
 from .models import HF_MODELS, MODEL_TYPES
 from .runtimes import VARIANTS
-from .tuners import TUNER_OPTIONS, TUNERS, base_tuner, wrong_type
+from .settings import Config
+from .tuners import TUNER_OPTIONS, TUNER_RULES, TUNERS, base_tuner
 from .workloads import WORKLOADS
-
-EXPERIMENTS = ("compare_tuners", "compare_gadqn_ga", "compare_reward", "ablation", "trial_hyperparameters",
-               "gadqn_monitor", "model_tuners")
 
 _POSITIVE_INT = {"type": "integer", "minimum": 1}
 # a budget no run finishes: at the ~2 trials/s of a 2-core CPU, 100,000 trials take 14 hours
@@ -76,7 +77,7 @@ SCHEMA: dict = {
                 "save_name": _with(_PLAIN_NAME, "tuning"),
                 "check_correctness": _with({"type": "boolean"}, False),
                 "enable_cpu_cache_flush": _with({"type": "boolean"}, False),
-                "tuner_options": _with({"type": "object"}, {}),
+                "tuner_options": _with({"type": "object", "properties": TUNER_RULES, "additionalProperties": False}, {}),
                 "rpc": {"type": "object", "required": ["key", "host", "port"], "additionalProperties": False,
                         "properties": {"key": {"type": "string", "minLength": 1}, "host": {"type": "string"},
                                        "port": {"type": "integer", "minimum": 1, "maximum": 65535},
@@ -122,10 +123,10 @@ def _fill_defaults(validator: Any, properties: dict, instance: Any, schema: dict
         for key, subschema in properties.items():
             if "default" in subschema:
                 instance.setdefault(key, copy.deepcopy(subschema["default"]))
-    yield from jsonschema.Draft202012Validator.VALIDATORS["properties"](validator, properties, instance, schema)
+    yield from Validator.VALIDATORS["properties"](validator, properties, instance, schema)
 
 
-_DefaultFillingValidator = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"properties": _fill_defaults})
+_DefaultFillingValidator = jsonschema.validators.extend(Validator, {"properties": _fill_defaults})
 
 
 def defaults() -> dict:
@@ -135,16 +136,15 @@ def defaults() -> dict:
     return config
 
 
-class ConfigError(AutoTVMError):
-    """A bad configuration (reported as one line, exit code 2)."""
-
-
 def _key_path(error: jsonschema.ValidationError) -> str:
     return ".".join(str(p) for p in error.absolute_path) or "(top level)"
 
 
 def _explain(error: jsonschema.ValidationError) -> str:
     key = _key_path(error)
+    rule = error  # the error of the whole rule, when a branch of "anyOf"/"oneOf" failed inside it
+    while rule.parent is not None and rule.parent.validator in ("anyOf", "oneOf"):
+        rule = rule.parent
     if error.validator == "enum":
         return f"config key {key}: {error.instance!r} is not allowed; allowed: {', '.join(map(str, error.validator_value))}"
     if error.validator == "additionalProperties":
@@ -160,10 +160,10 @@ def _explain(error: jsonschema.ValidationError) -> str:
     if error.validator in ("minimum", "exclusiveMinimum"):
         return f"config key {key}: {error.instance!r} is too small; it must be >= {error.validator_value}" \
             if error.validator == "minimum" else f"config key {key}: {error.instance!r} must be > {error.validator_value}"
-    if error.validator == "oneOf" and key.endswith("target"):
+    if key.endswith("target") and rule.validator == "oneOf":
         return f"config key target: {error.instance!r} is not allowed; allowed: \"llvm\", \"cuda\" or a target dict"
-    if error.validator == "required":
-        return f"config key {key}: {error.message}"
+    if error.validator in ("type", "minItems", "anyOf", "oneOf"):
+        return f"config key {key}: must be {describe(rule.schema)}, got {error.instance!r}"
     return f"config key {key}: {error.message}"
 
 
@@ -171,41 +171,39 @@ def parse_json(text: str, source: str) -> dict:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
-        raise ConfigError(f"{source} is not valid JSON: {err.msg} at line {err.lineno}, column {err.colno}") from None
+        raise AutoTVMError(f"{source} is not valid JSON: {err.msg} at line {err.lineno}, column {err.colno}") from None
     if not isinstance(data, dict):
-        raise ConfigError(f"{source} must hold a JSON object, got {type(data).__name__}")
+        raise AutoTVMError(f"{source} must hold a JSON object, got {type(data).__name__}")
     return data
 
 
-def load_config(arg: str) -> dict:
-    """Read a config from a path or inline JSON, validate it and fill in the defaults."""
+def load_config(arg: str) -> Config:
+    """Read a config from a path or inline JSON, validate it, fill in the defaults and return it as settings."""
     if arg.lstrip().startswith("{"):
         data = parse_json(arg, "the inline config")
     else:
         if not os.path.isfile(arg):
-            raise ConfigError(f"config file {arg!r} does not exist; pass a JSON file or inline JSON with -c")
+            raise AutoTVMError(f"config file {arg!r} does not exist; pass a JSON file or inline JSON with -c")
         with open(arg, encoding="utf-8") as handle:
             data = parse_json(handle.read(), f"config file {arg!r}")
-    validator = jsonschema.Draft202012Validator(SCHEMA)
+    validator = Validator(SCHEMA)
     errors = sorted(validator.iter_errors(data), key=lambda e: (len(list(e.absolute_path)), str(e.absolute_path)))
     if errors:
         best = jsonschema.exceptions.best_match(errors)
-        raise ConfigError(_explain(best))
+        raise AutoTVMError(_explain(best))
     for spec in data.get("models", []):
         if spec["type"] == "hf" and spec.get("model") not in HF_MODELS:
-            raise ConfigError(f"config key models.{spec['name']}.model: {spec.get('model')!r} is not allowed; "
+            raise AutoTVMError(f"config key models.{spec['name']}.model: {spec.get('model')!r} is not allowed; "
                               f"allowed: {', '.join(HF_MODELS)}")
         if spec.get("conv_algorithm") == "winograd" and spec.get("conv_layout") == "NCHW":
-            raise ConfigError(f"config key models.{spec['name']}.conv_algorithm: 'winograd' needs conv_layout "
+            raise AutoTVMError(f"config key models.{spec['name']}.conv_algorithm: 'winograd' needs conv_layout "
                               "'NHWC' or 'auto', not 'NCHW'")
     _DefaultFillingValidator(SCHEMA).validate(data)
-    _check_tuner_options(data["autotuner_settings"]["tuner_options"], set().union(*TUNER_OPTIONS.values()),
-                         "autotuner_settings.tuner_options")
     experiments = data["experiments"]
     check_tuner_variants(experiments["tuners"], experiments["tuner_options"], "experiments.tuners",
                          "experiments.tuner_options")
     _check_experiment_models(data)
-    return data
+    return Config.from_dict(data)
 
 
 def _check_experiment_models(data: dict) -> None:
@@ -214,29 +212,24 @@ def _check_experiment_models(data: dict) -> None:
     experiments = data["experiments"]
     for i, name in enumerate(experiments["models"]):
         if name not in known:
-            raise ConfigError(f"config key experiments.models.{i}: {name!r} is not a model of the config's models "
+            raise AutoTVMError(f"config key experiments.models.{i}: {name!r} is not a model of the config's models "
                               f"({', '.join(known) or 'none given'})")
     if "model_tuners" in experiments["names"] and not experiments["models"]:
-        raise ConfigError("config key experiments.models: model_tuners needs the names of the models to tune, from "
+        raise AutoTVMError("config key experiments.models: model_tuners needs the names of the models to tune, from "
                           f"the config's models ({', '.join(known) or 'none given'})")
 
 
-def _check_tuner_options(options: dict, accepted: set[str], key: str) -> None:
-    """Refuse an option no tuner takes: ``make_tuner`` gives each tuner only the options it
-    understands, so a misspelt key would otherwise be silently ignored."""
-    for name, value in options.items():
-        if name not in accepted:
-            raise ConfigError(f"config key {key}.{name}: unknown tuner option; allowed: {', '.join(sorted(accepted))}")
-        problem = wrong_type(name, value)
-        if problem:
-            raise ConfigError(f"config key {key}.{name}: {problem}")
-        if name == "dqn":
-            if not isinstance(value, dict):
-                raise ConfigError(f"config key {key}.dqn: must be an object of DQN settings, got {value!r}")
-            try:
-                DQNConfig.from_dict(value)
-            except ValueError as err:
-                raise ConfigError(f"config key {key}.dqn: {err}") from None
+def _check_tuner_options(options: dict, tuner: str, key: str) -> None:
+    """The options of one tuner, by its own rules (``TUNER_OPTIONS``; a key it does not take is
+    refused: ``make_tuner`` would ignore it silently)."""
+    for name in options:
+        if name not in TUNER_OPTIONS[tuner]:
+            raise AutoTVMError(f"config key {key}.{name}: unknown tuner option; allowed: "
+                               f"{', '.join(sorted(TUNER_OPTIONS[tuner]))}")
+    rules = {"type": "object", "properties": {name: TUNER_RULES[name] for name in options}}
+    error = jsonschema.exceptions.best_match(Validator(rules).iter_errors(options))
+    if error is not None:
+        raise AutoTVMError(_explain(error).replace("config key ", f"config key {key}.", 1).replace(f"{key}.: ", f"{key}: "))
 
 
 def check_tuner_variants(tuners: list[str], per_tuner: dict, tuners_key: str, options_key: str) -> None:
@@ -245,26 +238,16 @@ def check_tuner_variants(tuners: list[str], per_tuner: dict, tuners_key: str, op
     allowed = list(TUNERS) + ["metaschedule"]
     for i, name in enumerate(tuners):
         if base_tuner(name) not in allowed:
-            raise ConfigError(f"config key {tuners_key}.{i}: {name!r} is not allowed; allowed: "
+            raise AutoTVMError(f"config key {tuners_key}.{i}: {name!r} is not allowed; allowed: "
                               f"{', '.join(allowed)}, or NAME@LABEL for NAME with {options_key}[NAME@LABEL]")
     for name, options in per_tuner.items():
         key = f"{options_key}.{name}"
         if name not in tuners:
-            raise ConfigError(f"config key {key}: not one of {tuners_key} ({', '.join(tuners)})")
+            raise AutoTVMError(f"config key {key}: not one of {tuners_key} ({', '.join(tuners)})")
         if not isinstance(options, dict):
-            raise ConfigError(f"config key {key}: must be an object of tuner options, got {options!r}")
-        accepted = TUNER_OPTIONS.get(base_tuner(name), set())
-        if not accepted and options:
-            raise ConfigError(f"config key {key}: {base_tuner(name)} takes no tuner options")
-        _check_tuner_options(options, accepted, key)
-
-
-def writable_dir(path: str, key: str) -> str:
-    """Create ``path`` if needed; a clear error if it cannot be written."""
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError as err:
-        raise ConfigError(f"config key {key}: cannot create {path!r} ({err.strerror})") from None
-    if not os.access(path, os.W_OK):
-        raise ConfigError(f"config key {key}: {path!r} is not writable")
-    return path
+            raise AutoTVMError(f"config key {key}: must be an object of tuner options, got {options!r}")
+        if base_tuner(name) not in TUNER_OPTIONS:
+            if options:
+                raise AutoTVMError(f"config key {key}: {base_tuner(name)} takes no tuner options")
+            continue
+        _check_tuner_options(options, base_tuner(name), key)

@@ -1,8 +1,9 @@
 """Models to tune: operator workloads, PyTorch ``nn`` models and Hugging Face ``transformers``
 models built from their config, all imported through ``torch.export`` into Relax.
 
-A model spec is a dict ``{"name", "type", ...}``; ``load_model(spec)`` returns a ``Model`` with
-the PyTorch module, example inputs and, on demand, the Relax module and its parameters.
+A model is given by a ``ModelSpec`` (a config's ``models`` entry); ``load_model(spec)`` returns a
+``Model`` with the PyTorch module, example inputs and, on demand, the Relax module and its
+parameters; ``load_program`` and ``model_tasks`` add what tuning and building take.
 """
 
 from __future__ import annotations
@@ -14,9 +15,48 @@ from typing import Any, Callable
 
 import numpy as np
 
-from autotvm.env import AutoTVMError
+import autotvm
+from autotvm.checks import AutoTVMError
+
+from .workloads import WORKLOADS
 
 MODEL_TYPES = ("op", "torch", "hf", "torchvision")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One model of a config (``models``; every key in docs/config.md). ``None``: the model's default."""
+
+    name: str
+    type: str
+    workload: str | None = None
+    model: str | None = None
+    pretrained: bool = False
+    path: str | None = None
+    batch: int | None = None
+    seq_len: int | None = None
+    image_size: int | None = None
+    d_model: int | None = None
+    nhead: int | None = None
+    layers: int | None = None
+    width: int | None = None
+    seed: int = 0
+    conv_layout: str | None = None
+    conv_algorithm: str | None = None
+
+    @classmethod
+    def of(cls, spec: ModelSpec | dict) -> ModelSpec:
+        """A spec from a config's dict (its keys already checked by the config schema)."""
+        return spec if isinstance(spec, ModelSpec) else cls(**spec)
+
+    def conv_options(self) -> dict:
+        """The convolution keys that are set (the API holds the defaults): tuning and building
+        must use the same ones."""
+        return {key: getattr(self, key) for key in ("conv_layout", "conv_algorithm") if getattr(self, key) is not None}
+
+
+def _or(value: Any, default: Any) -> Any:
+    return default if value is None else value
 
 
 @dataclass
@@ -59,49 +99,20 @@ def flatten(out: Any) -> list:
     return [out]
 
 
-# ----------------------------------------------------------------------------- operator models
-def _op_models() -> dict[str, Callable[[], tuple]]:
+def _torch_models() -> dict[str, Callable[[ModelSpec], tuple]]:
     import torch
     from torch import nn
 
-    class MatMul(nn.Module):
-        def __init__(self, k: int, m: int) -> None:
-            super().__init__()
-            self.weight = nn.Parameter(torch.randn(k, m) / k**0.5)
+    def transformer(spec: ModelSpec) -> tuple:
+        d, layers, batch, seq = _or(spec.d_model, 64), _or(spec.layers, 2), _or(spec.batch, 1), _or(spec.seq_len, 16)
+        model = nn.Transformer(d_model=d, nhead=_or(spec.nhead, 4), num_encoder_layers=layers,
+                               num_decoder_layers=layers, dim_feedforward=2 * d, dropout=0.0, batch_first=True)
+        return model, (torch.randn(batch, seq, d), torch.randn(batch, seq, d))
 
-        def forward(self, x):
-            return x @ self.weight
-
-    class BatchMatMul(nn.Module):
-        def forward(self, a, b):
-            return torch.bmm(a, b)
-
-    return {
-        "c1": lambda: (nn.Conv2d(144, 32, 1, bias=False), (torch.randn(1, 144, 28, 28),)),
-        "r3x3": lambda: (nn.Conv2d(64, 64, 3, padding=1, bias=False), (torch.randn(1, 64, 56, 56),)),
-        "mm512": lambda: (MatMul(512, 512), (torch.randn(512, 512),)),
-        "mm64": lambda: (MatMul(64, 64), (torch.randn(64, 64),)),
-        "bmm": lambda: (BatchMatMul(), (torch.randn(12, 128, 64), torch.randn(12, 64, 128))),
-        "dense": lambda: (nn.Linear(512, 1000), (torch.randn(1, 512),)),
-    }
-
-
-def _torch_models() -> dict[str, Callable[[dict], tuple]]:
-    import torch
-    from torch import nn
-
-    def transformer(spec: dict) -> tuple:
-        d = int(spec.get("d_model", 64))
-        model = nn.Transformer(d_model=d, nhead=int(spec.get("nhead", 4)), num_encoder_layers=int(spec.get("layers", 2)),
-                               num_decoder_layers=int(spec.get("layers", 2)), dim_feedforward=2 * d, dropout=0.0,
-                               batch_first=True)
-        seq = int(spec.get("seq_len", 16))
-        return model, (torch.randn(int(spec.get("batch", 1)), seq, d), torch.randn(int(spec.get("batch", 1)), seq, d))
-
-    def mlp(spec: dict) -> tuple:
-        width = int(spec.get("width", 256))
+    def mlp(spec: ModelSpec) -> tuple:
+        width = _or(spec.width, 256)
         model = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width // 4))
-        return model, (torch.randn(int(spec.get("batch", 16)), width),)
+        return model, (torch.randn(_or(spec.batch, 16), width),)
 
     return {"transformer": transformer, "mlp": mlp}
 
@@ -109,16 +120,15 @@ def _torch_models() -> dict[str, Callable[[dict], tuple]]:
 HF_MODELS = ("bert", "resnet-18", "resnet-50", "mobilenet-v2", "vit")
 
 
-def _hf_model(spec: dict) -> tuple:
+def _hf_model(spec: ModelSpec) -> tuple:
     import torch
     import transformers as tf
 
-    name = spec["model"]
-    batch = int(spec.get("batch", 1))
-    image = int(spec.get("image_size", 224))
+    name = spec.model
+    batch, image = _or(spec.batch, 1), _or(spec.image_size, 224)
     if name == "bert":
         config, cls = tf.BertConfig(), tf.BertModel
-        inputs = (torch.ones(batch, int(spec.get("seq_len", 128)), dtype=torch.long),)
+        inputs = (torch.ones(batch, _or(spec.seq_len, 128), dtype=torch.long),)
     elif name in ("resnet-18", "resnet-50"):
         depth = {"resnet-18": ([2, 2, 2, 2], "basic"), "resnet-50": ([3, 4, 6, 3], "bottleneck")}[name]
         hidden = [64, 128, 256, 512] if name == "resnet-18" else [256, 512, 1024, 2048]
@@ -132,15 +142,15 @@ def _hf_model(spec: dict) -> tuple:
         inputs = (torch.randn(batch, 3, image, image),)
     else:
         raise AutoTVMError(f"unknown Hugging Face model {name!r}; allowed: {', '.join(HF_MODELS)}")
-    if spec.get("pretrained"):
-        path = spec.get("path") or _default_pretrained_path(name)
+    if spec.pretrained:
+        path = spec.path or _default_pretrained_path(name)
         if not path or not os.path.isdir(path):
-            raise AutoTVMError(f"model {spec['name']!r}: pretrained weights need a local folder in 'path' "
+            raise AutoTVMError(f"model {spec.name!r}: pretrained weights need a local folder in 'path' "
                                f"(got {path!r}); there is no network to download them")
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         model = cls.from_pretrained(path)
     else:
-        torch.manual_seed(int(spec.get("seed", 0)))
+        torch.manual_seed(spec.seed)
         model = cls(config)
     return model, inputs
 
@@ -157,42 +167,67 @@ def _default_pretrained_path(name: str) -> str | None:
         return None
 
 
-def _torchvision_model(spec: dict) -> tuple:
+def _torchvision_model(spec: ModelSpec) -> tuple:
     try:
         import torch
         import torchvision
     except Exception as err:  # no CPU build of torchvision installs beside the CPU torch
-        raise AutoTVMError(f"model {spec['name']!r}: torchvision does not import here ({type(err).__name__}); "
+        raise AutoTVMError(f"model {spec.name!r}: torchvision does not import here ({type(err).__name__}); "
                            "use type 'hf' (e.g. resnet-18) instead") from None
-    builder = getattr(torchvision.models, spec["model"], None)
+    builder = getattr(torchvision.models, spec.model or "", None)
     if builder is None:
-        raise AutoTVMError(f"unknown torchvision model {spec['model']!r}")
-    image = int(spec.get("image_size", 224))
-    return builder(weights=None), (torch.randn(int(spec.get("batch", 1)), 3, image, image),)
+        raise AutoTVMError(f"unknown torchvision model {spec.model!r}")
+    image = _or(spec.image_size, 224)
+    return builder(weights=None), (torch.randn(_or(spec.batch, 1), 3, image, image),)
 
 
-def load_model(spec: dict) -> Model:
-    """Build the model a spec names (see the README's config reference)."""
+def load_model(spec: ModelSpec | dict) -> Model:
+    """Build the model a spec names (see docs/config.md)."""
     import torch
 
-    kind, name = spec.get("type"), spec.get("name")
-    if kind == "op":
-        ops = _op_models()
-        op = spec.get("workload", name)
-        if op not in ops:
-            raise AutoTVMError(f"model {name!r}: unknown op workload {op!r}; allowed: {', '.join(ops)}")
+    spec = ModelSpec.of(spec)
+    if spec.type == "op":
+        op = spec.workload or spec.name
+        if op not in WORKLOADS:
+            raise AutoTVMError(f"model {spec.name!r}: unknown op workload {op!r}; allowed: {', '.join(WORKLOADS)}")
         torch.manual_seed(0)
-        module, inputs = ops[op]()
-    elif kind == "torch":
+        module, inputs = WORKLOADS[op].torch()
+    elif spec.type == "torch":
         models = _torch_models()
-        if spec.get("model") not in models:
-            raise AutoTVMError(f"model {name!r}: unknown torch model {spec.get('model')!r}; allowed: {', '.join(models)}")
-        torch.manual_seed(int(spec.get("seed", 0)))
-        module, inputs = models[spec["model"]](spec)
-    elif kind == "hf":
+        if spec.model not in models:
+            raise AutoTVMError(f"model {spec.name!r}: unknown torch model {spec.model!r}; allowed: {', '.join(models)}")
+        torch.manual_seed(spec.seed)
+        module, inputs = models[spec.model](spec)
+    elif spec.type == "hf":
         module, inputs = _hf_model(spec)
-    elif kind == "torchvision":
+    elif spec.type == "torchvision":
         module, inputs = _torchvision_model(spec)
     else:
-        raise AutoTVMError(f"model {name!r}: unknown type {kind!r}; allowed: {', '.join(MODEL_TYPES)}")
-    return Model(name, module.eval(), tuple(inputs))
+        raise AutoTVMError(f"model {spec.name!r}: unknown type {spec.type!r}; allowed: {', '.join(MODEL_TYPES)}")
+    return Model(spec.name, module.eval(), tuple(inputs))
+
+
+def bound_params(mod: Any, params: list) -> dict:
+    """Name -> tensor for the trailing parameters of ``main`` (what ``detach_params`` split off)."""
+    names = [p.name for p in mod["main"].params]
+    return dict(zip(names[len(names) - len(params):], params))
+
+
+def load_program(spec: ModelSpec | dict) -> tuple[Model, Any, dict]:
+    """(model, relax module, params by name) of a model spec."""
+    model = load_model(spec)
+    mod, params = model.to_relax()
+    return model, mod, bound_params(mod, params)
+
+
+def model_tasks(spec: ModelSpec | dict, target: Any) -> tuple[Model, Any, dict, list]:
+    """(model, relax module, params by name, tasks) of a model spec."""
+    spec = ModelSpec.of(spec)
+    model, mod, named = load_program(spec)
+    return model, mod, named, autotvm.task.extract_from_program(mod, target, named, **spec.conv_options())
+
+
+def build_model(spec: ModelSpec | dict, mod: Any, params: dict, target: Any, **kwargs: Any) -> Any:
+    """The model's Relax executable with the conv options it was tuned with (``kwargs``: more
+    options of ``autotvm.build_program``; the records of any active ``apply_history_best``)."""
+    return autotvm.build_program(mod, target, params, **ModelSpec.of(spec).conv_options(), **kwargs)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Any, Iterable
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+
+from .stats import MIN_SEEDS  # noqa: E402
 
 
 def _save(fig: plt.Figure, path: str) -> None:
@@ -17,8 +19,21 @@ def _save(fig: plt.Figure, path: str) -> None:
     plt.close(fig)
 
 
+def _spread(ax: Any, x: Any, data: np.ndarray, color: Any) -> None:
+    """How the seeds spread around a median curve: the 25-75% band from ``MIN_SEEDS`` seeds, with
+    fewer each seed's own curve (a band over two or three seeds would look like an interval)."""
+    if len(data) >= MIN_SEEDS:
+        ax.fill_between(x, np.percentile(data, 25, axis=0), np.percentile(data, 75, axis=0), color=color, alpha=0.18)
+    elif len(data) > 1:
+        for row in data:
+            ax.plot(x, row, color=color, linewidth=0.6, alpha=0.5)
+
+
+SPREAD = f"median over seeds; 25-75% band from {MIN_SEEDS} seeds, else each seed"
+
+
 def tuning_curves(runs: Iterable[dict], path: str, title: str, label_key: str = "tuner") -> None:
-    """Best GFLOPS vs trials per workload: the median over seeds and its 25-75 percentile band."""
+    """Best GFLOPS vs trials per workload: the median over seeds and how the seeds spread."""
     runs = list(runs)
     ops = sorted({r["op"] for r in runs})
     fig, axes = plt.subplots(1, len(ops), figsize=(5.5 * len(ops), 4.2), squeeze=False)
@@ -33,14 +48,13 @@ def tuning_curves(runs: Iterable[dict], path: str, title: str, label_key: str = 
             x = np.arange(1, length + 1)
             median = np.median(data, axis=0)
             (line,) = ax.plot(x, median, label=f"{label} (n={len(curves)})", linewidth=1.8)
-            ax.fill_between(x, np.percentile(data, 25, axis=0), np.percentile(data, 75, axis=0),
-                            color=line.get_color(), alpha=0.18)
+            _spread(ax, x, data, line.get_color())
         ax.set_title(op)
         ax.set_xlabel("trials")
         ax.set_ylabel("best GFLOPS so far")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="lower right")
-    fig.suptitle(title + "  (median, 25-75% band over seeds)")
+    fig.suptitle(f"{title}  ({SPREAD})")
     _save(fig, path)
 
 
@@ -141,8 +155,7 @@ def latency_curves(runs: list[dict], path: str) -> None:
             latency = np.array([[c[k]["latency_ms"] for k in points] for c in group])
             (line,) = ax.plot(seconds, np.median(latency, axis=0), marker="o", markersize=3,
                               label=f"{label} (n={len(group)})", linewidth=1.8)
-            ax.fill_between(seconds, np.percentile(latency, 25, axis=0), np.percentile(latency, 75, axis=0),
-                            color=line.get_color(), alpha=0.15)
+            _spread(ax, seconds, latency, line.get_color())
             drawn += list(latency.ravel())
         untuned = next(r["checkpoints"][0]["latency_ms"] for r in runs if r["model"] == model)
         log = bool(drawn) and max(drawn) > 4 * min(drawn)
@@ -152,21 +165,20 @@ def latency_curves(runs: list[dict], path: str) -> None:
                ylabel=f"model latency, ms{', log scale' if log else ''} (lower is better)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="upper right")
-    fig.suptitle("Model latency along the tuning budget\n(median over seeds, 25-75% band)", fontsize=11)
+    fig.suptitle(f"Model latency along the tuning budget\n({SPREAD})", fontsize=11)
     _save(fig, path)
 
 
 def latency_bars(rows: list[dict], references: dict[str, dict[str, float]], path: str) -> None:
-    """Median model latency per tuner (min-max over seeds as error bars), one panel per model, with
-    PyTorch eager as a dashed line and the untuned build's latency in the title."""
+    """Median model latency per tuner with its seeds as dots, one panel per model, with PyTorch
+    eager as a dashed line and the untuned build's latency in the title."""
     models = list(dict.fromkeys(r["model"] for r in rows))
     fig, axes = plt.subplots(1, len(models), figsize=(max(5.0, 4.5 * len(models)), 4.4), squeeze=False)
     for ax, model in zip(axes[0], models):
         mine = [r for r in rows if r["model"] == model]
-        median = np.array([r["latency_ms"] for r in mine])
-        low = median - np.array([r["min_latency_ms"] for r in mine])
-        high = np.array([r["max_latency_ms"] for r in mine]) - median
-        ax.bar(range(len(mine)), median, yerr=[low, high], capsize=3, color="tab:blue")
+        ax.bar(range(len(mine)), [r["latency_ms"] for r in mine], color="tab:blue", alpha=0.8)
+        for i, r in enumerate(mine):
+            ax.plot([i] * len(r["seed_latencies_ms"]), r["seed_latencies_ms"], "k.", markersize=5)
         ax.set_xticks(range(len(mine)), [r["tuner"] for r in mine], rotation=30, ha="right", fontsize=8)
         ax.axhline(references[model]["pytorch-eager"], color="black", linestyle="--", linewidth=1,
                    label="pytorch-eager")
@@ -174,5 +186,5 @@ def latency_bars(rows: list[dict], references: dict[str, dict[str, float]], path
                ylabel="model latency, ms (lower is better)")
         ax.grid(axis="y", alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle("Tuned model latency per tuner\n(median over seeds, min-max bars)", fontsize=11)
+    fig.suptitle("Tuned model latency per tuner\n(median over seeds; dots: each seed)", fontsize=11)
     _save(fig, path)

@@ -114,7 +114,6 @@ def openvino_model(model: Any, threads: int, extra: dict | None = None) -> Any:
         raise RuntimeUnavailable("openvino is not installed (pip install -e \".[compare]\")") from None
     converted = _convert("openvino.convert_model", lambda: ov.convert_model(model.module, example_input=model.inputs))
     # float32 as every other variant: on a CPU with AVX512-BF16 or AMX, OpenVINO's default is bfloat16
-    # (MiniLM-BERT on 2 Zen 5 cores: 5.5 ms with an error of 8e-3, 8.9 ms in float32 with 3e-6)
     return ov.Core().compile_model(converted, "CPU", {"INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY",
                                                       "INFERENCE_PRECISION_HINT": "f32", **(extra or {})})
 

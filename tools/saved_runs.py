@@ -8,7 +8,9 @@ import json
 import os
 from typing import Callable
 
-from .config import ConfigError, writable_dir
+from autotvm.checks import AutoTVMError
+
+from .settings import Config
 
 Result = tuple[list[dict], list[str]]  # an experiment's summary rows and its ratio lines
 
@@ -19,19 +21,19 @@ class SavedRuns:
 
     unit = "op"
 
-    def __init__(self, name: str, config: dict, option: dict, trials: int) -> None:
+    def __init__(self, name: str, config: Config, option: dict, trials: int) -> None:
         self.name, self.config, self.option, self.trials = name, config, option, trials
-        exp = config["experiments"]
-        self.seeds = range(exp["repeats"])
-        self.out_dir = writable_dir(os.path.join(exp["save_path"], exp["save_name"], name), "experiments.save_path")
-        self.previous = self._load_previous(exp.get("previous_results_dir"))
+        exp = config.experiments
+        self.seeds = range(exp.repeats)
+        self.out_dir = writable_dir(os.path.join(exp.out_dir, name), "experiments.save_path")
+        self.previous = self._load_previous(exp.previous_results_dir)
         self.runs: list[dict] = []
 
     def _load_previous(self, directory: str | None) -> dict:
         if not directory:
             return {}
         if not os.path.isdir(directory):  # a wrong path would silently re-run every run
-            raise ConfigError(f"config key experiments.previous_results_dir: {directory!r} is not a folder; give the "
+            raise AutoTVMError(f"config key experiments.previous_results_dir: {directory!r} is not a folder; give the "
                               "folder of an earlier experiment's outputs (<save_path>/<save_name>)")
         path = os.path.join(directory, self.name, "runs.json")
         if not os.path.exists(path):
@@ -72,3 +74,14 @@ class SavedRuns:
             writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
             writer.writeheader()
             writer.writerows(rows)
+
+
+def writable_dir(path: str, key: str) -> str:
+    """Create ``path`` if needed; a clear error naming the config ``key`` if it cannot be written."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as err:
+        raise AutoTVMError(f"config key {key}: cannot create {path!r} ({err.strerror})") from None
+    if not os.access(path, os.W_OK):
+        raise AutoTVMError(f"config key {key}: {path!r} is not writable")
+    return path

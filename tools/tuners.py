@@ -1,12 +1,15 @@
-"""The registry of tuners by name, all built the same way: ``make_tuner(name, task, seed, **options)``."""
+"""The registry of tuners by name, all built the same way: ``make_tuner(name, task, seed, **options)``.
+
+What each tuner takes from a config, and the rule of each option, come from the tuner's own
+``OPTIONS`` (``autotvm.checks``): a new keyword reaches the config without a second list to keep.
+"""
 
 from __future__ import annotations
 
 import functools
-import inspect
 from typing import Any
 
-from autotvm.env import AutoTVMError
+from autotvm.checks import AutoTVMError
 from autotvm.tuner import GridSearchTuner, RandomTuner, XGBTuner
 from ga_tuner import GATuner
 from rl_tuner import GADQNTuner
@@ -29,34 +32,19 @@ NOT_FROM_CONFIG = {
 }
 
 
-# options each tuner accepts from a config (besides seed), read from its signature so that a new
-# keyword reaches the tuner without a second list to keep in step
-_PARAMETERS = {name: inspect.signature(factory).parameters for name, factory in TUNERS.items()}
-TUNER_OPTIONS = {name: set(params) - {"task", "seed"} - NOT_FROM_CONFIG.get(name, set())
-                 for name, params in _PARAMETERS.items()}
-# the type of each option's default value (``None`` defaults, which take several types, are left out)
-OPTION_TYPES = {option: type(param.default) for params in reversed(list(_PARAMETERS.values()))
-                for option, param in params.items() if isinstance(param.default, (bool, int, float, str))}
+def _rules(factory: Any) -> dict[str, dict]:
+    return getattr(factory, "func", factory).OPTIONS
+
+
+# the options each tuner takes from a config (besides seed)
+TUNER_OPTIONS = {name: set(_rules(factory)) - NOT_FROM_CONFIG.get(name, set()) for name, factory in TUNERS.items()}
+# the rule of every option some tuner takes (tuners that share an option share its rule)
+TUNER_RULES = {option: _rules(factory)[option] for name, factory in TUNERS.items() for option in TUNER_OPTIONS[name]}
 
 
 def base_tuner(name: str) -> str:
     """The registry name of a tuner given as NAME@LABEL, a variant of NAME with its own options."""
     return name.split("@")[0]
-
-
-def wrong_type(name: str, value: Any) -> str | None:
-    """What is wrong with the type of option ``name`` = ``value`` (``None``: nothing)."""
-    expected = OPTION_TYPES.get(name)
-    if expected is None or value is None:  # None: the tuner's default (``make_tuner`` drops it)
-        return None
-    if expected is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    elif expected is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    else:
-        ok = isinstance(value, expected)
-    kind = {float: "a number", int: "an integer", bool: "true or false", str: "a string"}[expected]
-    return None if ok else f"must be {kind}, got {value!r}"
 
 
 def make_tuner(name: str, task: Any, seed: int | None = None, **options: Any) -> Any:
@@ -69,7 +57,5 @@ def make_tuner(name: str, task: Any, seed: int | None = None, **options: Any) ->
     accepted = {k: v for k, v in options.items() if k in TUNER_OPTIONS[name] and v is not None}
     try:
         return TUNERS[name](task, seed=seed, **accepted)
-    except AutoTVMError:
-        raise
     except ValueError as err:
         raise AutoTVMError(f"{name} tuner options: {err}") from None

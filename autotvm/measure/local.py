@@ -19,7 +19,8 @@ from typing import Any, Sequence
 
 from tvm.support.popen_pool import PopenPoolExecutor
 
-from ..env import AutoTVMError, check_int, check_number, device_exists, device_of, runtime_threads
+from ..checks import AutoTVMError, check, check_int, check_number, integer, text
+from ..env import device_exists, device_of, runtime_threads
 from ..task.space import InstantiationError
 from . import workers
 from .measure import BuildResult, MeasureErrorNo, MeasureInput, MeasureResult, failed
@@ -251,12 +252,9 @@ class RPCRunner(LocalRunner):
                  check_correctness: bool = False, server_wait: float = 300) -> None:
         super().__init__(timeout, number, repeat, min_repeat_ms, cooldown_interval, enable_cpu_cache_flush,
                          check_correctness)
-        if not isinstance(key, str) or not key:
-            raise ValueError(f"RPCRunner key must be a non-empty string, got {key!r}")
-        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
-            raise ValueError(f"RPCRunner port must be an integer in 1..65535, got {port!r}")
-        if not isinstance(server_wait, (int, float)) or server_wait < 0:
-            raise ValueError(f"RPCRunner server_wait must be a number of seconds >= 0, got {server_wait!r}")
+        check("RPCRunner key", key, text())
+        check("RPCRunner port", port, integer(1, 65535))
+        check_number("RPCRunner server_wait (seconds)", server_wait, 0)
         self.key, self.host, self.port, self.priority = key, host, int(port), priority
         self.server_wait = float(server_wait)  # how long a lost server is waited for before the tuning stops
         self._n_parallel = n_parallel
@@ -360,14 +358,14 @@ def measure_option(builder: Any, runner: Any) -> dict:
     """Pair a builder and a runner, as ``autotvm.measure_option`` did."""
     if isinstance(builder, str):
         if builder != "local":
-            raise ValueError(f"unknown builder {builder!r}; allowed: 'local' or a LocalBuilder")
+            raise AutoTVMError(f"unknown builder {builder!r}; allowed: 'local' or a LocalBuilder")
         builder = LocalBuilder()
     if isinstance(runner, str):
         if runner != "local":
-            raise ValueError(f"unknown runner {runner!r}; allowed: 'local', a LocalRunner or an RPCRunner")
+            raise AutoTVMError(f"unknown runner {runner!r}; allowed: 'local', a LocalRunner or an RPCRunner")
         runner = LocalRunner()
     if not hasattr(builder, "build"):
-        raise ValueError(f"builder must be 'local' or a LocalBuilder, got {builder!r}")
+        raise AutoTVMError(f"builder must be 'local' or a LocalBuilder, got {builder!r}")
     if not hasattr(runner, "run"):
-        raise ValueError(f"runner must be 'local', a LocalRunner or an RPCRunner, got {runner!r}")
+        raise AutoTVMError(f"runner must be 'local', a LocalRunner or an RPCRunner, got {runner!r}")
     return {"builder": builder, "runner": runner}

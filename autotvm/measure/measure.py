@@ -7,6 +7,8 @@ import time
 from enum import IntEnum
 from typing import Any, NamedTuple, Sequence
 
+from ..checks import AutoTVMError
+
 
 class MeasureErrorNo(IntEnum):
     """Why a trial failed (0 means it did not)."""
@@ -120,8 +122,6 @@ def _stop_on_a_full_disk(results: Sequence[MeasureResult]) -> None:
     before such failures reach the log and the tuner."""
     for result in results:
         if not result.ok and any(words in result.error_message for words in DISK_FULL):
-            from ..env import AutoTVMError
-
             raise AutoTVMError("the disk is full (a build or run could not write its files): every trial measured "
                                "so far is in the log; free space and run the same command again to resume")
 
@@ -129,7 +129,5 @@ def _stop_on_a_full_disk(results: Sequence[MeasureResult]) -> None:
 def create_measure_batch(task: Any, option: dict) -> MeasureBatch:
     """The callable that ``Tuner.tune`` measures with; its ``n_parallel`` is the builder's."""
     if not isinstance(option, dict) or "builder" not in option or "runner" not in option:
-        from ..env import AutoTVMError
-
         raise AutoTVMError(f"measure_option must come from autotvm.measure_option(builder, runner), got {option!r}")
     return MeasureBatch(task, option)

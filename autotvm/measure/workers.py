@@ -1,7 +1,8 @@
 """Functions that run inside builder and runner worker processes.
 
 They import only TVM and NumPy: in particular never TVM's tensor intrinsics, whose import
-costs ~50 s per fresh process on small machines and is not needed to compile a scheduled module.
+takes most of a minute in every fresh process on a small machine and is not needed to compile a
+scheduled module.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from typing import Any
 
 import tvm
 
+from ..checks import AutoTVMError, check, choice
 from ..env import load_tensor_intrinsics, make_target
 from .layout_pads import nhwc_pads
 from .space import InstantiationError
@@ -42,12 +43,10 @@ def prepare_program(mod: tvm.IRModule, params: dict | None = None, conv_layout: 
     weights transformed here, once; other convolutions stay direct."""
     from tvm import relax
 
-    if conv_layout not in CONV_LAYOUTS:
-        raise ValueError(f"unknown conv_layout {conv_layout!r}; allowed: {', '.join(CONV_LAYOUTS)}")
-    if conv_algorithm not in CONV_ALGORITHMS:
-        raise ValueError(f"unknown conv_algorithm {conv_algorithm!r}; allowed: {', '.join(CONV_ALGORITHMS)}")
+    check("conv_layout", conv_layout, choice(CONV_LAYOUTS))
+    check("conv_algorithm", conv_algorithm, choice(CONV_ALGORITHMS))
     if conv_algorithm == "winograd" and conv_layout == "NCHW":
-        raise ValueError("conv_algorithm 'winograd' needs conv_layout 'NHWC' or 'auto'")
+        raise AutoTVMError("conv_algorithm 'winograd' needs conv_layout 'NHWC' or 'auto'")
     if params:
         mod = relax.transform.BindParams("main", params)(mod)
     if conv_layout == "auto":
@@ -131,9 +130,8 @@ def fuse_program(mod: tvm.IRModule, target: Any) -> tvm.IRModule:
 def _fast_gelu(bb: Any, call: Any) -> Any:
     """GELU as TVM legalizes it, with ``topi.fast_erf`` (the polynomial that ``FastMathTransform``
     puts in place of a bare erf) instead of ``erf``. LLVM lowers ``erf`` to a call of libm's
-    ``erff`` per value, which does not vectorise and slows down on real activations: GELU on
-    MiniLM-BERT's 128 x 1536 activations took 1.34 ms a call with ``erff`` and 0.016 ms with the
-    polynomial (2 Zen 5 cores); it had been a quarter of the model's time."""
+    ``erff`` per value, which does not vectorise and slows down on real activations (docs/findings.md,
+    finding 8)."""
     from tvm import te, tirx, topi
 
     def gelu(x: te.Tensor) -> te.Tensor:
@@ -220,7 +218,7 @@ def _single_config_schedule(task: TraceTask) -> Any:
     """The schedule of a task whose space has one config (``None`` for a larger space, or one the
     postprocessors reject). Such a function is never measured, since the task scheduler gives it no
     trials; its one schedule is threaded and vectorised by the postprocessors, where TVM's default
-    lowering of it runs on one core without vectors (GELU in BERT: 0.29 ms against 0.53 ms)."""
+    lowering of it runs on one core without vectors."""
     if len(task.config_space) != 1:
         return None
     try:

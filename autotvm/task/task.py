@@ -9,7 +9,8 @@ from typing import Any, Callable, Sequence
 
 import tvm
 
-from ..env import AutoTVMError, make_target
+from ..checks import AutoTVMError
+from ..env import make_target
 from .space import ConfigEntity, ConfigSpace, InstantiationError
 
 

@@ -1,24 +1,23 @@
 """Tuners: the base contract and the baselines.
 
-``GATuner`` and ``GADQNTuner`` live in their own packages (``ga_tuner``, ``rl_tuner``), which build
-on this one; they are reachable here too, as AutoTVM users import them
-(``autotvm.tuner.GATuner``), through a lazy alias that imports them on first use, so that this
-package never imports them itself.
+Tuners built on this package register themselves under the entry-point group ``autotvm.tuners``
+(``ga_tuner`` registers ``GATuner``, ``rl_tuner`` registers ``GADQNTuner``: see pyproject.toml),
+and are reachable here as AutoTVM users import them (``autotvm.tuner.GATuner``). This package
+names none of them: it looks the name up among the registered tuners on first use.
 """
+
+from importlib.metadata import entry_points
 
 from .index_based import GridSearchTuner, RandomTuner
 from .tuner import Tuner
 from .xgboost_tuner import XGBTuner
 from .. import callback
 
-__all__ = ["GridSearchTuner", "RandomTuner", "Tuner", "XGBTuner", "callback", "GATuner", "GADQNTuner"]
-
-_ALIASES = {"GATuner": "ga_tuner", "GADQNTuner": "rl_tuner"}
+__all__ = ["GridSearchTuner", "RandomTuner", "Tuner", "XGBTuner", "callback"]
 
 
 def __getattr__(name: str):
-    if name in _ALIASES:
-        import importlib
-
-        return getattr(importlib.import_module(_ALIASES[name]), name)
+    for entry in entry_points(group="autotvm.tuners"):
+        if entry.name == name:
+            return entry.load()
     raise AttributeError(f"module 'autotvm.tuner' has no attribute {name!r}")

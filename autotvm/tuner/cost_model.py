@@ -7,8 +7,8 @@ tuners' optional screen (which measures only the most promising of several bred 
 from __future__ import annotations
 
 import numpy as np
-import xgboost as xgb  # at import, as AutoTVM's cost model: imported inside the first fit, its
-# 0.2 s counted as tuning overhead in a process's first run (GA-DQN's own time on C1 is 0.7-1 s)
+import xgboost as xgb  # at import, as AutoTVM's cost model: imported inside the first fit, its import
+# time would count as tuning overhead in a process's first run
 
 LOSSES = ("rank", "reg")
 

@@ -4,7 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..checks import AutoTVMError, integer
 from .tuner import Tuner
+
+# (start, end), inclusive: a slice of the index space
+RANGE_IDX = {"anyOf": [{"type": "null"}, {"type": "array", "items": integer(0), "minItems": 2, "maxItems": 2}]}
+
+
+def _index_range(tuner: Tuner, range_idx: tuple[int, int] | None) -> tuple[int, int]:
+    """The inclusive slice of the index space a tuner walks (all of it by default)."""
+    tuner.check_options(range_idx=range_idx)
+    length = tuner.space.range_length
+    start, end = range_idx if range_idx is not None else (0, length - 1)
+    if not 0 <= start <= end < length:
+        raise AutoTVMError(f"range_idx {range_idx} is outside [0, {length - 1}]")
+    return int(start), int(end)
 
 
 class RandomTuner(Tuner):
@@ -13,12 +27,11 @@ class RandomTuner(Tuner):
     ``range_idx=(start, end)`` (inclusive) restricts the search to a slice of the index space.
     """
 
+    OPTIONS = {"range_idx": RANGE_IDX}
+
     def __init__(self, task: Any, range_idx: tuple[int, int] | None = None, seed: int | None = None) -> None:
         super().__init__(task, seed=seed)
-        length = self.space.range_length
-        self.range = range_idx if range_idx is not None else (0, length - 1)
-        if not (0 <= self.range[0] <= self.range[1] < length):
-            raise ValueError(f"range_idx {range_idx} is outside [0, {length - 1}]")
+        self.range = _index_range(self, range_idx)
 
     def _in_range(self) -> int:
         start, end = self.range
@@ -49,9 +62,11 @@ class RandomTuner(Tuner):
 class GridSearchTuner(Tuner):
     """Configs in index order, skipping visited ones."""
 
+    OPTIONS = {"range_idx": RANGE_IDX}
+
     def __init__(self, task: Any, range_idx: tuple[int, int] | None = None, seed: int | None = None) -> None:
         super().__init__(task, seed=seed)
-        self.range = range_idx if range_idx is not None else (0, self.space.range_length - 1)
+        self.range = _index_range(self, range_idx)
         self.counter = self.range[0]
 
     def has_next(self) -> bool:

@@ -30,17 +30,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..checks import AutoTVMError, check_options, integer
 from ..measure.measure import MeasureInput, MeasureResult
 from .cost_model import XGBCostModel
 from .tuner import Tuner
 
 IMMIGRANT_POOL = 512  # random unvisited configs the screen model picks an immigrant from
-
-
-def _check_count(name: str, value: Any, low: int, meaning: str = "") -> None:
-    """Refuse anything but an integer >= ``low`` (``True`` is not a count) in one line."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}{meaning}, got {value!r}")
 
 
 @dataclass
@@ -52,25 +47,27 @@ class Member:
 
 
 class PopulationTuner(Tuner):
-    """Subclasses implement ``breed(parents, probs, taken) -> (knob, info)`` (``taken``: indices
-    visited or already proposed) and may override ``breed_batch``, ``repair``, ``on_measured``
-    and ``on_generation``."""
+    """A generational GA bred one batch at a time (``_next_member`` reads as one generation).
+
+    Subclasses are the breeder: ``crossover`` and ``mutate``, and where they differ from the
+    defaults ``repair`` (move a child that is already visited) and ``learn`` (from a measured child).
+    """
+
+    OPTIONS = {"pop_size": integer(2), "elite_num": integer(0), "screen": integer(1), "immigrants": integer(0)}
 
     def __init__(self, task: Any, pop_size: int = 100, elite_num: int = 3, screen: int = 1, immigrants: int = 0,
                  seed: int | None = None) -> None:
         super().__init__(task, seed=seed)
-        _check_count("pop_size", pop_size, 2)
-        _check_count("elite_num", elite_num, 0)
+        check_options(PopulationTuner.OPTIONS, {"pop_size": pop_size, "elite_num": elite_num, "screen": screen,
+                                                "immigrants": immigrants})
         if elite_num >= pop_size:
-            raise ValueError(f"elite_num must be in [0, pop_size), got {elite_num}")
-        _check_count("screen", screen, 1, " (1: no model screening)")
-        _check_count("immigrants", immigrants, 0)
+            raise AutoTVMError(f"elite_num must be in [0, pop_size), got {elite_num}")
         if immigrants and screen == 1:
-            raise ValueError(f"immigrants are the screen model's picks: they need screen > 1, got immigrants={immigrants} "
-                             f"with screen=1")
+            raise AutoTVMError(f"immigrants are the screen model's picks: they need screen > 1, got "
+                               f"immigrants={immigrants} with screen=1")
         if immigrants > pop_size - elite_num - 1:
-            raise ValueError(f"immigrants must leave at least one bred slot: at most pop_size - elite_num - 1 = "
-                             f"{pop_size - elite_num - 1}, got {immigrants}")
+            raise AutoTVMError(f"immigrants must leave at least one bred slot: at most pop_size - elite_num - 1 = "
+                               f"{pop_size - elite_num - 1}, got {immigrants}")
         self.pop_size, self.elite_num, self.screen = int(pop_size), int(elite_num), int(screen)
         self.immigrants = int(immigrants)
         self.dims = self.space.dims
@@ -81,9 +78,11 @@ class PopulationTuner(Tuner):
         self.population: list[Member] = []
         self.parents: list[Member] = []
         self.parent_probs = np.zeros(0)
+        self.generation_means: list[float] = []  # the mean score of each generation's parents
         self.to_breed = self.pop_size
         self.by_index: dict[int, Member] = {}
         self.scores: dict[int, float] = {}
+        self.best_seen = 0.0  # the best score measured so far (updated after each batch is learned from)
         self.screen_model: XGBCostModel | None = None
         self.immigrants_left = 0  # model-picked random slots still to fill in this generation
         self.immigrant_indices: list[int] = []  # every config proposed as an immigrant
@@ -92,40 +91,107 @@ class PopulationTuner(Tuner):
         super().reset()
         self._reset_population()
 
-    # -- what subclasses provide
-    def breed(self, parents: list[Member], probs: np.ndarray, taken: set[int]) -> tuple[list[int], Any]:
+    # -- the breeder: what GA and GA-DQN implement
+    def crossover(self, pairs: list[tuple[Member, Member]]) -> list[Member]:
+        """One child per pair of parents (its ``knob`` and ``info``; its index is set later)."""
         raise NotImplementedError
 
-    def repair(self, knob: list[int], info: Any, taken: set[int]) -> tuple[list[int], Any] | None:
-        """Turn a child that is already visited into an unvisited one (``None`` to give up)."""
+    def mutate(self, children: list[Member], taken: set[int]) -> None:
+        """Mutate ``children`` in place (``taken``: the configs visited or already proposed)."""
+        raise NotImplementedError
+
+    def repair(self, child: Member, taken: set[int]) -> Member | None:
+        """Move a child that is already taken to an untaken config (``None`` to give up): by
+        default a random walk, one knob at a time."""
         for _ in range(32):
-            point = self.space.random_walk(self.space.knob2point(knob), self.rng)
+            point = self.space.random_walk(self.space.knob2point(child.knob), self.rng)
             if point not in taken:
-                return self.space.point2knob(point), info
+                return Member(self.space.point2knob(point), point, None, child.info)
         return None
 
-    def on_measured(self, member: Member, flops: float) -> None:
-        """Hook: a child of this tuner has been measured."""
+    def learn(self, child: Member, flops: float, best_before: float) -> None:
+        """Learn from a measured child of this tuner (``best_before``: the best score measured
+        before its batch). Nothing by default."""
 
-    def on_generation(self) -> None:
-        """Hook: a new generation starts (``self.parents`` and ``self.parent_probs`` are set)."""
+    # -- one generation
+    def next_batch(self, batch_size: int) -> list:
+        taken = set(self.visited)
+        batch = []
+        while len(batch) < batch_size and self._unvisited_left(taken) > 0:
+            member = self._next_member(taken)
+            taken.add(member.index)
+            self.population.append(member)
+            self.by_index[member.index] = member
+            self.to_breed -= 1
+            batch.append(self.space.get(member.index))
+        return batch
 
-    # -- generations
+    def _next_member(self, taken: set[int]) -> Member:
+        """The next member of the current generation, its steps in order. Members are made one
+        batch at a time (so the budget is exact); a generation is ``pop_size`` of them."""
+        # elites: a new generation keeps the best of the last one (not measured again), draws its
+        # parents by fitness from the last one and refits the screen model on every measurement
+        if self.to_breed == 0:
+            self._start_generation()
+        # configs offered from outside (``enqueue``: a sibling task's best) come first
+        queued = self._take_queued(taken)
+        if queued is not None:
+            return Member(self.space.point2knob(queued), queued)
+        # the first generation is random, as are the last configs of a space nearly spent
+        if self.generation == 0 or not self.parents or self._unvisited_left(taken) <= self.pop_size:
+            return self._random_member(taken)
+        # immigrants: a few slots a generation go to the screen model's pick of random configs,
+        # a global search beside the breeding (which stays near the parents)
+        if self.immigrants_left > 0:
+            self.immigrants_left -= 1
+            member = self._screened_random_member(taken, IMMIGRANT_POOL)
+            self.immigrant_indices.append(member.index)
+            return member
+        # breed: ``screen`` children (one until the model exists), each from two parents drawn by
+        # fitness, crossed over, then mutated
+        count = 1 if self.screen_model is None else self.screen
+        children = self.crossover(self.select_parent_pairs(self.parents, self.parent_probs, count))
+        self.mutate(children, taken)
+        # repair: a child already visited, or bred twice for this slot, is moved to a new config
+        candidates: dict[int, Member] = {}
+        for child in children:
+            child.index = self.space.knob2point(child.knob)
+            if child.index in taken or child.index in candidates:
+                child = self.repair(child, taken | candidates.keys())
+            if child is not None:
+                candidates[child.index] = child
+        # screen: measure the child the ranking model predicts fastest (the breeder learns from
+        # its measurement in ``update``)
+        return self._model_pick(list(candidates.values())) if candidates else self._random_member(taken)
+
     def _start_generation(self) -> None:
-        scored = [m for m in self.population if m.score is not None]
-        scored.sort(key=lambda m: m.score, reverse=True)
-        elites = scored[: self.elite_num]
+        scored = sorted((m for m in self.population if m.score is not None), key=lambda m: m.score, reverse=True)
         self.parents = scored
-        scores = np.array([m.score for m in scored], dtype=np.float64) + 1e-8
-        self.parent_probs = scores / scores.sum()
-        self.population = [Member(list(m.knob), m.index, m.score) for m in elites]
-        self.to_breed = self.pop_size - len(elites)
+        scores = np.array([m.score for m in scored], dtype=np.float64)
+        self.generation_means.append(float(np.mean(scores)) if scored else 0.0)
+        self.parent_probs = (scores + 1e-8) / (scores + 1e-8).sum()
+        self.population = [Member(list(m.knob), m.index, m.score) for m in scored[: self.elite_num]]
+        self.to_breed = self.pop_size - len(self.population)
         self.immigrants_left = min(self.immigrants, self.to_breed - 1)
         self.generation += 1
         if self.screen > 1:
             self._fit_screen_model()
-        self.on_generation()
 
+    def update(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
+        """Learn from a measured batch: every score is kept (the screen model's data), and each
+        child of this tuner takes its score in its generation and is learned from by the breeder,
+        against the best score measured before the batch."""
+        best_before = self.best_seen
+        for inp, res in zip(inputs, results):
+            flops = self.flops_of(res)
+            self.scores[inp.config.index] = flops
+            member = self.by_index.pop(inp.config.index, None)
+            if member is not None:
+                member.score = flops
+                self.learn(member, flops, best_before)
+        self.best_seen = max([best_before] + [self.flops_of(res) for res in results])
+
+    # -- helpers of the steps above
     def _fit_screen_model(self) -> None:
         """Refit the screen model on every measurement so far."""
         if len(self.scores) < 2:
@@ -142,44 +208,6 @@ class PopulationTuner(Tuner):
 
     def has_next(self) -> bool:
         return len(self.visited) < self.space.range_length
-
-    def next_batch(self, batch_size: int) -> list:
-        taken = set(self.visited)
-        batch = []
-        while len(batch) < batch_size and self._unvisited_left(taken) > 0:
-            if self.to_breed == 0:
-                self._start_generation()
-            member = self._propose(taken)
-            taken.add(member.index)
-            self.population.append(member)
-            self.by_index[member.index] = member
-            self.to_breed -= 1
-            batch.append(self.space.get(member.index))
-        return batch
-
-    def _propose(self, taken: set[int]) -> Member:
-        queued = self._take_queued(taken)
-        if queued is not None:
-            return Member(self.space.point2knob(queued), queued)
-        if self.generation == 0 or len(self.parents) == 0 or self._unvisited_left(taken) <= self.pop_size:
-            return self._random_member(taken)
-        count = 1 if self.screen_model is None else self.screen
-        if self.immigrants_left > 0:
-            self.immigrants_left -= 1
-            member = self._screened_random_member(taken, IMMIGRANT_POOL)
-            self.immigrant_indices.append(member.index)
-            return member
-        candidates = self._bred_candidates(taken, count)
-        return self._model_pick(candidates) if candidates else self._random_member(taken)
-
-    def _bred_candidates(self, taken: set[int], count: int) -> list[Member]:
-        """Up to ``count`` distinct unvisited children, bred together and repaired."""
-        candidates: dict[int, Member] = {}
-        for knob, info in self.breed_batch(self.parents, self.parent_probs, taken, count):
-            member = self._repaired(knob, info, taken | candidates.keys())
-            if member is not None:
-                candidates[member.index] = member
-        return list(candidates.values())
 
     def _model_pick(self, members: list[Member]) -> Member:
         """The member the screen model ranks highest (the only one, without a model)."""
@@ -202,27 +230,12 @@ class PopulationTuner(Tuner):
             return self._random_member(taken)
         if self._unvisited_left(taken) <= count and self.space.range_length < 10**7:
             points = [i for i in range(self.space.range_length) if i not in taken]
-        else:  # drawn together: a pool of 512 one at a time cost 18 ms, a visible share of C1's tuning
+        else:  # drawn together, not one at a time: a pool is drawn for every immigrant
             rows = self.rng.integers(0, self.dims, size=(count, len(self.dims)))
             points = list(dict.fromkeys(p for p in map(self.space.knob2point, rows.tolist()) if p not in taken))
             if not points:
                 return self._random_member(taken)
         return self._model_pick([Member(self.space.point2knob(p), p) for p in points])
-
-    def breed_batch(self, parents: list[Member], probs: np.ndarray, taken: set[int],
-                    count: int) -> list[tuple[list[int], Any]]:
-        """``count`` children for one slot (the screen's candidates). Override to breed them
-        together, e.g. to score all their choices in one forward pass of a network."""
-        return [self.breed(parents, probs, taken) for _ in range(count)]
-
-    def _repaired(self, knob: list[int], info: Any, taken: set[int]) -> Member | None:
-        """The bred child, repaired until unvisited (``None`` if repair gives up)."""
-        if self.space.knob2point(knob) in taken:
-            repaired = self.repair(knob, info, taken)
-            if repaired is None:
-                return None
-            knob, info = repaired
-        return Member(list(knob), self.space.knob2point(knob), None, info)
 
     def _random_member(self, taken: set[int]) -> Member:
         if self._unvisited_left(taken) <= self.pop_size and self.space.range_length < 10**7:
@@ -230,16 +243,6 @@ class PopulationTuner(Tuner):
         else:
             index = self.space.get_rand_index(self.rng, to_exclude=taken)
         return Member(self.space.point2knob(index), index)
-
-    def update(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
-        for inp, res in zip(inputs, results):
-            flops = self.flops_of(res)
-            self.scores[inp.config.index] = flops
-            member = self.by_index.pop(inp.config.index, None)
-            if member is None:
-                continue
-            member.score = flops
-            self.on_measured(member, flops)
 
     def reject(self, configs: Sequence[Any], reasons: Sequence[str]) -> None:
         """A rejected child is learned as a failure (the screen model and the agents see it) and
@@ -258,16 +261,13 @@ class PopulationTuner(Tuner):
                         key=lambda pair: pair[1], reverse=True)[: self.pop_size]
         for cfg, flops in scored:
             self.scores[cfg.index] = flops
+        self.best_seen = max([self.best_seen] + [self.flops_of(res) for res in results])
         if len(scored) >= 2:
             self.population = [Member(list(cfg.knob), cfg.index, flops) for cfg, flops in scored]
             self.to_breed = 0  # the next batch starts a generation bred from them
 
-    def select_parents(self, parents: list[Member], probs: np.ndarray) -> tuple[Member, Member]:
-        """Two parents, fitness-proportional (with replacement, as AutoTVM's GA)."""
-        return self.select_parent_pairs(parents, probs, 1)[0]
-
     def select_parent_pairs(self, parents: list[Member], probs: np.ndarray,
                             count: int) -> list[tuple[Member, Member]]:
-        """``count`` pairs of parents, drawn as ``select_parents`` draws one."""
+        """``count`` pairs of parents, each drawn by fitness (with replacement, as AutoTVM's GA)."""
         picks = self.rng.choice(len(parents), size=(count, 2), p=probs)
         return [(parents[int(i)], parents[int(j)]) for i, j in picks]

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
-from ..env import AutoTVMError
+from ..checks import AutoTVMError, check, check_options, choice, integer
 
 logger = logging.getLogger("autotvm")
 
@@ -69,14 +69,11 @@ class TaskScheduler:
     def __init__(self, tasks: Sequence[Any], tuners: Sequence[Any], model_trials: int, per_task_trials: int,
                  strategy: str = "gradient", round_trials: int = 16, loaded: Sequence[int] | None = None,
                  transfer: int = TRANSFER_PER_ROUND) -> None:
-        if strategy not in STRATEGIES:
-            raise AutoTVMError(f"task scheduler {strategy!r} is not allowed; allowed: {', '.join(STRATEGIES)}")
+        check("task scheduler", strategy, choice(STRATEGIES))
         if len(tasks) != len(tuners):
             raise AutoTVMError(f"tasks and tuners must pair up: {len(tasks)} tasks, {len(tuners)} tuners")
-        for name, value in (("model_trials", model_trials), ("per_task_trials", per_task_trials),
-                            ("round_trials", round_trials)):
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise AutoTVMError(f"{name} must be a positive integer, got {value!r}")
+        check_options({"model_trials": integer(1), "per_task_trials": integer(1), "round_trials": integer(1)},
+                      {"model_trials": model_trials, "per_task_trials": per_task_trials, "round_trials": round_trials})
         loaded = list(loaded) if loaded is not None else [0] * len(tasks)
         self.strategy, self.round_trials, self.model_trials = strategy, round_trials, model_trials
         self.transfer = transfer

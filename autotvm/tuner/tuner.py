@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from ..env import AutoTVMError, check_seed
+from ..checks import AutoTVMError, check, check_options, check_seed, integer
 from ..measure.measure import MeasureErrorNo, MeasureInput, MeasureResult, create_measure_batch, failed
 from ..record import StaleRecords, bind_record, load_records, workload_key
 
@@ -51,8 +51,11 @@ class Tuner:
     and ``has_next`` and may override ``update``. The base class keeps ``visited`` (every index
     proposed or loaded), so no config is measured twice, and the best so far (``best_config``,
     ``best_flops``, ``best_measure_pair``, ``best_iter``). ``seed`` makes proposals deterministic
-    for the same measurements.
+    for the same measurements. ``OPTIONS`` holds the rule (``autotvm.checks``) of each keyword a
+    tuner takes besides ``task`` and ``seed``: its constructor and the driver's config check them.
     """
+
+    OPTIONS: dict[str, dict] = {}
 
     def __init__(self, task: Any, seed: int | None = None, **kwargs: Any) -> None:
         if not hasattr(task, "config_space"):
@@ -72,6 +75,10 @@ class Tuner:
         self.history: list[dict] = []  # one row per trial: index, flops, best_flops, error_no
         self.rejected = 0  # configs the target rejected before building (not trials; see ``reject``)
         self.queued: list[int] = []  # indices to propose before the tuner's own (``enqueue``)
+
+    def check_options(self, **values: Any) -> None:
+        """Check keyword arguments by their rules in ``OPTIONS`` (an ``AutoTVMError`` naming the first bad one)."""
+        check_options({name: type(self).OPTIONS[name] for name in values}, values)
 
     def reset_best(self) -> None:
         self.best_config = None
@@ -167,10 +174,8 @@ class Tuner:
         Stops early after ``early_stopping`` trials without improvement. Every callback is
         called once per batch as ``callback(tuner, inputs, results)``.
         """
-        if not isinstance(n_trial, (int, np.integer)) or isinstance(n_trial, bool) or n_trial <= 0:
-            raise AutoTVMError(f"n_trial must be a positive integer, got {n_trial!r}")
-        if early_stopping is not None and early_stopping <= 0:
-            raise AutoTVMError(f"early_stopping must be a positive integer or None, got {early_stopping!r}")
+        check("n_trial", n_trial, integer(1))
+        check("early_stopping", early_stopping, integer(1, none=True))
         measure_batch = create_measure_batch(self.task, measure_option)
         self.run_loop(measure_batch, measure_batch.n_parallel, n_trial, early_stopping, callbacks)
 
@@ -196,7 +201,7 @@ class Tuner:
         while configs:
             t0 = time.perf_counter()
             verdicts = [(c, self.task.check(c)) for c in configs]
-            # the builder's first step, run here too (about 4 ms a config; rejected ones never reach it)
+            # the builder's first step, run here too (rejected configs never reach the builder)
             self.measure_seconds += time.perf_counter() - t0
             valid += [c for c, why in verdicts if why is None]
             rejected = [(c, why) for c, why in verdicts if why is not None]

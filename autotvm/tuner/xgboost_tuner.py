@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..env import check_int, check_number
+from ..checks import AutoTVMError, choice, integer, number
 from ..measure.measure import MeasureInput, MeasureResult
 from .cost_model import LOSSES, XGBCostModel
 from .tuner import Tuner
@@ -26,23 +26,20 @@ FEATURE_TYPES = ("knob", "program", "itervar", "curve")
 
 
 class XGBTuner(Tuner):
+    OPTIONS = {"plan_size": integer(1), "feature_type": choice(FEATURE_TYPES), "loss_type": choice(LOSSES),
+               "num_threads": integer(1, none=True), "n_iter": integer(1), "parallel_size": integer(1),
+               "early_stop": integer(1), "eps_greedy": number(0, 1)}
+
     def __init__(self, task: Any, plan_size: int = 64, feature_type: str = "knob", loss_type: str = "rank",
                  num_threads: int | None = None, n_iter: int = 500, parallel_size: int = 128,
                  early_stop: int = 50, eps_greedy: float = 0.05, seed: int | None = None) -> None:
         super().__init__(task, seed=seed)
-        for name, value in (("plan_size", plan_size), ("n_iter", n_iter), ("parallel_size", parallel_size),
-                            ("early_stop", early_stop)):
-            check_int(name, value)
-        if not 0 <= check_number("eps_greedy", eps_greedy) <= 1:
-            raise ValueError(f"eps_greedy must be in [0, 1], got {eps_greedy!r}")
-        if feature_type not in FEATURE_TYPES:
-            raise ValueError(f"unknown feature_type {feature_type!r}; allowed: {', '.join(FEATURE_TYPES)}")
+        self.check_options(plan_size=plan_size, feature_type=feature_type, loss_type=loss_type, num_threads=num_threads,
+                           n_iter=n_iter, parallel_size=parallel_size, early_stop=early_stop, eps_greedy=eps_greedy)
         if feature_type in ("itervar", "curve"):  # AutoTVM's loop-nest features
             feature_type = "program" if hasattr(task, "schedule_of") else "knob"
-        if loss_type not in LOSSES:
-            raise ValueError(f"unknown loss_type {loss_type!r}; allowed: {', '.join(LOSSES)}")
         if feature_type == "program" and not hasattr(task, "schedule_of"):
-            raise ValueError("feature_type='program' needs a task from create_from_primfunc or a Relax program")
+            raise AutoTVMError("feature_type='program' needs a task from create_from_primfunc or a Relax program")
         self.plan_size, self.feature_type, self.loss_type = plan_size, feature_type, loss_type
         self.num_threads = num_threads or 1
         self.n_iter, self.parallel_size, self.early_stop, self.eps_greedy = n_iter, parallel_size, early_stop, eps_greedy

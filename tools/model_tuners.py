@@ -24,28 +24,26 @@ its functions), ``curves.png``, ``bars.png``, and ``logs/`` with each run's reco
 from __future__ import annotations
 
 import os
-import shutil
 import statistics
-import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import numpy as np
 import tabulate
 
 import autotvm
 from autotvm.env import runtime_threads, use_runtime_threads
 from autotvm.record import best_by_workload, load_from_file
 
-from .benchmark import compare_outputs, time_interleaved
-from .compare import geomean_ratio_interval, ms_fast_build, quiet_metaschedule
+from . import metaschedule, stats
+from .models import ModelSpec, build_model, model_tasks
 from .plots import latency_bars, latency_curves
 from .runtimes import Runtime, prepare, tvm_runtime
 from .saved_runs import Result, SavedRuns
-from .tune import ROUND_TRIALS, conv_options, load_program, tune_model
+from .settings import Config, TuningSettings, replace
+from .timing import compare_outputs, time_interleaved
 from .tuners import base_tuner
+from .tuning import ROUND_TRIALS, tune_model
 
 WITHIN = 0.05  # time to quality: a run has arrived when its model is within 5% of the best any run reached
 REFERENCE = "ga-dqn"  # the tuner every other one is compared with in ratios.txt
@@ -54,7 +52,7 @@ REFERENCE = "ga-dqn"  # the tuner every other one is compared with in ratios.txt
 @dataclass
 class LoadedModel:
     """A model as every run of it uses it: loaded, exported and its tasks extracted once."""
-    spec: dict
+    spec: ModelSpec
     model: Any
     mod: Any
     params: dict
@@ -62,7 +60,7 @@ class LoadedModel:
     expected: list  # PyTorch eager's outputs, what every build is checked against
 
     def build(self, target: Any, **kwargs: Any) -> Any:
-        return autotvm.build_program(self.mod, target, self.params, **conv_options(self.spec), **kwargs)
+        return build_model(self.spec, self.mod, self.params, target, **kwargs)
 
 
 class ModelExperiment(SavedRuns):
@@ -70,10 +68,10 @@ class ModelExperiment(SavedRuns):
 
     unit = "model"
 
-    def __init__(self, config: dict, option: dict) -> None:
-        super().__init__("model_tuners", config, option, config["experiments"]["model_trials"])
-        self.checkpoints = config["experiments"]["checkpoints"]
-        self.target = autotvm.make_target(config["target"])
+    def __init__(self, config: Config, option: dict) -> None:
+        super().__init__("model_tuners", config, option, config.experiments.model_trials)
+        self.checkpoints = config.experiments.checkpoints
+        self.target = autotvm.make_target(config.target)
         self.log_dir = os.path.join(self.out_dir, "logs")
         os.makedirs(self.log_dir, exist_ok=True)
         self.finals: dict[tuple, Any] = {}  # (model, label, seed) -> the run's final build, kept for the last timing
@@ -85,38 +83,36 @@ class ModelExperiment(SavedRuns):
 
     def time_build(self, loaded: LoadedModel, exe: Any) -> tuple[float, bool]:
         """(median ms over ``run_settings.repeat`` blocks, whether its outputs match PyTorch eager)."""
-        run = self.config["run_settings"]
+        run = self.config.run_settings
         runtime = tvm_runtime("tvm", exe, self.target, loaded.model)
-        _, ok = compare_outputs(runtime.outputs(), loaded.expected, run["rtol"], run["atol"])
-        return time_interleaved([runtime], run["repeat"], run["number"])["tvm"]["median_ms"], ok
+        _, ok = compare_outputs(runtime.outputs(), loaded.expected, run.rtol, run.atol)
+        return time_interleaved([runtime], run.repeat, run.number)["tvm"]["median_ms"], ok
 
 
-def model_tuners(config: dict, option: dict) -> Result:
+def model_tuners(config: Config, option: dict) -> Result:
     exp = ModelExperiment(config, option)
-    specs = {spec["name"]: spec for spec in config["models"]}  # load_config checked the names
     use_runtime_threads(exp.target)
     references: dict[str, dict[str, float]] = {}
-    for name in config["experiments"]["models"]:
-        loaded = _load(specs[name], exp.target)
+    for name in config.experiments.models:
+        loaded = _load(config.model(name), exp.target)  # load_config checked the names
         untuned = loaded.build(exp.target)
         untuned_ms, _ = exp.time_build(loaded, untuned)
         for seed in exp.seeds:
-            for label in config["experiments"]["tuners"]:
+            for label in config.experiments.tuners:
                 exp.run(name, label, seed, lambda: _tuned_run(exp, loaded, label, seed, untuned, untuned_ms))
         references[name] = _time_finals(exp, loaded, untuned)
     return _finish(exp, references)
 
 
-def _load(spec: dict, target: Any) -> LoadedModel:
-    model, mod, params = load_program(spec)
-    tasks = autotvm.task.extract_from_program(mod, target, params, **conv_options(spec))
+def _load(spec: ModelSpec, target: Any) -> LoadedModel:
+    model, mod, params, tasks = model_tasks(spec, target)
     return LoadedModel(spec, model, mod, params, tasks, model.torch_outputs())
 
 
 def _tuned_run(exp: ModelExperiment, loaded: LoadedModel, label: str, seed: int, untuned: Any,
                untuned_ms: float) -> dict:
     """Tune the model from nothing with one tuner and seed, then build and time it at each checkpoint."""
-    name = loaded.spec["name"]
+    name = loaded.spec.name
     where = os.path.join(exp.log_dir, f"{label}-seed{seed}-{name}")
     tune = _tune_metaschedule if base_tuner(label) == "metaschedule" else _tune_autotvm
     progress, build_at = tune(exp, loaded, label, seed, where)
@@ -134,12 +130,12 @@ def _tuned_run(exp: ModelExperiment, loaded: LoadedModel, label: str, seed: int,
             "matches_pytorch": all(c["matches_pytorch"] for c in checkpoints)}
 
 
-def _settings(exp: ModelExperiment, label: str, seed: int, where: str) -> dict:
+def _settings(exp: ModelExperiment, label: str, seed: int, where: str) -> TuningSettings:
     """``autotuner_settings`` for one run: its tuner, seed, the experiment's budget, its own log."""
-    settings = exp.config["autotuner_settings"]
-    options = {**settings.get("tuner_options", {}), **exp.config["experiments"]["tuner_options"].get(label, {})}
-    return {**settings, "tuner": base_tuner(label), "seed": seed, "model_trials": exp.trials, "tuner_options": options,
-            "save_path": os.path.dirname(where), "save_name": f"{label}-seed{seed}"}
+    settings = exp.config.autotuner_settings
+    options = {**settings.tuner_options, **exp.config.experiments.tuner_options.get(label, {})}
+    return replace(settings, tuner=base_tuner(label), seed=seed, model_trials=exp.trials, tuner_options=options,
+                   save_path=os.path.dirname(where), save_name=f"{label}-seed{seed}")
 
 
 def _tune_autotvm(exp: ModelExperiment, loaded: LoadedModel, label: str, seed: int,
@@ -151,7 +147,7 @@ def _tune_autotvm(exp: ModelExperiment, loaded: LoadedModel, label: str, seed: i
     if os.path.exists(log):  # a run stopped half-way: start it again, its time must be one run's
         os.remove(log)
     progress, start = [], time.perf_counter()
-    tune_model(loaded.spec["name"], loaded.tasks, settings, exp.option,
+    tune_model(loaded.spec.name, loaded.tasks, settings, exp.option,
                on_round=lambda used: progress.append((used, time.perf_counter() - start)))
     records = list(load_from_file(log))
 
@@ -165,64 +161,11 @@ def _tune_autotvm(exp: ModelExperiment, loaded: LoadedModel, label: str, seed: i
 def _tune_metaschedule(exp: ModelExperiment, loaded: LoadedModel, label: str, seed: int,
                        where: str) -> tuple[list, Callable[[int], Any]]:
     """MetaSchedule's ``tune_relax`` on the module our tasks come from, under the same budget,
-    cap, rounds and measurement; its progress read from its database file as it grows."""
-    from tvm.s_tir import meta_schedule as ms
-
-    settings = exp.config["autotuner_settings"]
-    shutil.rmtree(where, ignore_errors=True)
-    os.makedirs(where)
+    cap, rounds and measurement."""
     fused = autotvm.task.relax_integration.fused_program(loaded.mod, exp.target, loaded.params,
-                                                         **conv_options(loaded.spec))
-    builder = ms.builder.LocalBuilder(max_workers=settings["n_parallel"], f_build=ms_fast_build)
-    runner = ms.runner.LocalRunner(evaluator_config=ms.runner.EvaluatorConfig(
-        number=settings["number"], repeat=settings["repeat"], min_repeat_ms=settings["min_repeat_ms"],
-        enable_cpu_cache_flush=settings["enable_cpu_cache_flush"]))
-    record_file = os.path.join(where, "database_tuning_record.json")
-    progress: list = []
-    start = time.perf_counter()
-    done = threading.Event()
-
-    def watch() -> None:  # MetaSchedule appends a line per measured trial
-        while not done.wait(1.0):
-            _note_progress(progress, record_file, start)
-
-    quiet_metaschedule()
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    try:
-        ms.relax_integration.tune_relax(fused, {}, exp.target, where, max_trials_global=exp.trials,
-                                        max_trials_per_task=settings["trials"], num_trials_per_iter=ROUND_TRIALS,
-                                        builder=builder, runner=runner, seed=seed,
-                                        task_scheduler=settings["task_scheduler"])
-    finally:
-        done.set()
-        watcher.join()
-    _note_progress(progress, record_file, start, final=True)
-    lines = open(record_file, encoding="utf-8").readlines()
-    workloads = os.path.join(where, "database_workload.json")
-
-    def build_at(count: int) -> Any:
-        with tempfile.TemporaryDirectory(prefix="ms-records-") as tmp:
-            first = os.path.join(tmp, "records.json")
-            with open(first, "w", encoding="utf-8") as handle:
-                handle.writelines(lines[:count])
-            database = ms.database.JSONDatabase(path_workload=workloads, path_tuning_record=first)
-            return loaded.build(exp.target, database=database)
-
-    return progress, build_at
-
-
-def _note_progress(progress: list, record_file: str, start: float, final: bool = False) -> None:
-    """Add (trials recorded, seconds) when the count grew; ``final``: the run's end, whose time is
-    that of its last trials (MetaSchedule writes a round's records when it collects them)."""
-    if not os.path.exists(record_file):
-        return
-    with open(record_file, encoding="utf-8") as handle:
-        count = sum(1 for line in handle if line.endswith("\n"))
-    if progress and final and count == progress[-1][0]:
-        progress.pop()
-    if count and (not progress or count > progress[-1][0]):
-        progress.append((count, time.perf_counter() - start))
+                                                         **loaded.spec.conv_options())
+    return metaschedule.tune_model(fused, exp.target, where, exp.trials, ROUND_TRIALS, seed,
+                                   exp.config.autotuner_settings, lambda **kwargs: loaded.build(exp.target, **kwargs))
 
 
 def _checkpoint_counts(trials: int, checkpoints: int) -> list[int]:
@@ -239,7 +182,7 @@ def _seconds_at(progress: list, count: int) -> float:
 def _time_finals(exp: ModelExperiment, loaded: LoadedModel, untuned: Any) -> dict[str, float]:
     """Every run's final build of the model timed in one interleaved session with PyTorch eager and
     the untuned build; each run gets ``latency_ms``. Returns the two references' medians."""
-    name, run_settings = loaded.spec["name"], exp.config["run_settings"]
+    name, run_settings = loaded.spec.name, exp.config.run_settings
     runs = [r for r in exp.runs if r["model"] == name]
     runtimes: list[Runtime] = [prepare("pytorch-eager", loaded.model, runtime_threads(exp.target)),
                                tvm_runtime("tvm-untuned", untuned, exp.target, loaded.model)]
@@ -248,8 +191,8 @@ def _time_finals(exp: ModelExperiment, loaded: LoadedModel, untuned: Any) -> dic
         exe = exp.finals[key] if key in exp.finals else _rebuild(exp, loaded, run)
         runtimes.append(tvm_runtime(f"{run['label']}/{run['seed']}", exe, exp.target, loaded.model))
     print(f"== {name}: timing the final build of {len(runs)} runs with PyTorch eager and the untuned build, "
-          f"{run_settings['repeat']} interleaved rounds", flush=True)
-    timings = time_interleaved(runtimes, run_settings["repeat"], run_settings["number"])
+          f"{run_settings.repeat} interleaved rounds", flush=True)
+    timings = time_interleaved(runtimes, run_settings.repeat, run_settings.number)
     for run in runs:
         run["latency_ms"] = timings[f"{run['label']}/{run['seed']}"]["median_ms"]
     exp.save()
@@ -260,19 +203,9 @@ def _rebuild(exp: ModelExperiment, loaded: LoadedModel, run: dict) -> Any:
     """The final build of a run reused from earlier results, from its saved records."""
     where = run["records"]
     if os.path.isdir(where):
-        from tvm.s_tir import meta_schedule as ms
-
-        database = ms.database.JSONDatabase(path_workload=os.path.join(where, "database_workload.json"),
-                                            path_tuning_record=os.path.join(where, "database_tuning_record.json"))
-        return loaded.build(exp.target, database=database)
+        return loaded.build(exp.target, database=metaschedule.database(where))
     with autotvm.apply_history_best(where + ".json"):
         return loaded.build(exp.target)
-
-
-def _arrival(run: dict, goal_ms: float) -> tuple[int | None, float | None]:
-    """(trials, seconds) at the first checkpoint whose latency is within ``goal_ms``."""
-    hit = next((c for c in run["checkpoints"] if c["latency_ms"] <= goal_ms), None)
-    return (hit["trials"], hit["seconds"]) if hit else (None, None)
 
 
 def _finish(exp: ModelExperiment, references: dict[str, dict[str, float]]) -> Result:
@@ -280,7 +213,7 @@ def _finish(exp: ModelExperiment, references: dict[str, dict[str, float]]) -> Re
     summary = []
     for run in runs:
         best = min(c["latency_ms"] for r in runs if r["model"] == run["model"] for c in r["checkpoints"])
-        trials_to, seconds_to = _arrival(run, (1 + WITHIN) * best)
+        trials_to, seconds_to = stats.arrival(run["checkpoints"], (1 + WITHIN) * best)
         summary.append({"model": run["model"], "tuner": run["label"], "seed": run["seed"], "trials": run["trials"],
                         "tuning_s": run["tuning_s"], "latency_ms": run["latency_ms"],
                         "trials_to_5pct": trials_to, "seconds_to_5pct": seconds_to,
@@ -315,53 +248,36 @@ def _function_bests(runs: list[dict]) -> list[dict]:
             for (model, tuner, function), times in sorted(bests.items(), key=lambda item: (item[0][0], item[0][2]))]
 
 
-def _median(values: list) -> float | None:
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
-
-
 def _table(summary: list[dict], references: dict[str, dict[str, float]]) -> list[dict]:
     """Per model and tuner: medians over seeds, and how many seeds came within 5% of the best."""
     rows = []
     for model, tuner in dict.fromkeys((r["model"], r["tuner"]) for r in summary):
         group = [r for r in summary if r["model"] == model and r["tuner"] == tuner]
-        latency = _median([r["latency_ms"] for r in group])
+        latency = stats.median_or_none([r["latency_ms"] for r in group])
         rows.append({"model": model, "tuner": tuner, "seeds": len(group), "latency_ms": latency,
                      "min_latency_ms": min(r["latency_ms"] for r in group),
                      "max_latency_ms": max(r["latency_ms"] for r in group),
+                     "seed_latencies_ms": [r["latency_ms"] for r in group],
                      "speedup_over_eager": references[model]["pytorch-eager"] / latency,
-                     "tuning_s": _median([r["tuning_s"] for r in group]), "trials": _median([r["trials"] for r in group]),
+                     "tuning_s": stats.median_or_none([r["tuning_s"] for r in group]),
+                     "trials": stats.median_or_none([r["trials"] for r in group]),
                      "reached_5pct": sum(r["trials_to_5pct"] is not None for r in group),
-                     "trials_to_5pct": _median([r["trials_to_5pct"] for r in group]),
-                     "seconds_to_5pct": _median([r["seconds_to_5pct"] for r in group]),
+                     "trials_to_5pct": stats.median_or_none([r["trials_to_5pct"] for r in group]),
+                     "seconds_to_5pct": stats.median_or_none([r["seconds_to_5pct"] for r in group]),
                      "eager_ms": references[model]["pytorch-eager"], "untuned_ms": references[model]["tvm-untuned"]})
     return rows
 
 
 def _ratio_lines(summary: list[dict], tuners: list[str]) -> list[str]:
     """Each tuner's model latency over GA-DQN's (> 1: GA-DQN's model is faster): the geometric mean
-    over models of the ratio of medians over seeds, with a 90% bootstrap interval over seeds."""
+    over models of the ratio of medians over seeds, with its interval over seeds (``tools.stats``)."""
     reference = REFERENCE if REFERENCE in tuners else tuners[0]
-    speeds = [{"op": r["model"], "tuner": r["tuner"], "speed": 1.0 / r["latency_ms"]} for r in summary]
-    lines = []
-    for other in dict.fromkeys(t for t in tuners if t != reference):
-        logs = []
-        for model in dict.fromkeys(r["model"] for r in summary):
-            mine = [r["latency_ms"] for r in summary if r["model"] == model and r["tuner"] == reference]
-            theirs = [r["latency_ms"] for r in summary if r["model"] == model and r["tuner"] == other]
-            if mine and theirs:
-                logs.append(np.log(statistics.median(theirs) / statistics.median(mine)))
-        if not logs:
-            continue
-        ratio = float(np.exp(np.mean(logs)))
-        if len({r["seed"] for r in summary}) < 2:
-            lines.append(f"{other} latency / {reference} latency: {ratio:.3f} (one seed: no interval; > 1: "
-                         f"{reference}'s model is faster)")
-            continue
-        low, high = geomean_ratio_interval(speeds, reference, other, value="speed")
-        lines.append(f"{other} latency / {reference} latency: {ratio:.3f} (90% bootstrap interval over seeds "
-                     f"{low:.3f}-{high:.3f}; > 1: {reference}'s model is faster)")
-    return lines
+    speeds = [{"op": r["model"], "tuner": r["tuner"], "seed": r["seed"], "speed": 1.0 / r["latency_ms"]}
+              for r in summary]
+    lines = [stats.ratio_line(speeds, reference, other, value="speed", name=f"{other} latency / {reference} latency",
+                              note=f"; > 1: {reference}'s model is faster")
+             for other in dict.fromkeys(t for t in tuners if t != reference)]
+    return [line for line in lines if line]
 
 
 def format_model_table(rows: list[dict]) -> str:

@@ -1,0 +1,167 @@
+"""Timing what runs: whole models in interleaved rounds, a build's functions one by one, and
+how close a build's outputs are to PyTorch eager's.
+
+``time_interleaved`` times each runtime in blocks, one block per runtime a round, with a pause
+before each (thread pools that keep spinning after a call would otherwise steal the cores from
+the next runtime). A block is as many calls as fill ``BLOCK_S`` (an autorange, as
+``torch.utils.benchmark`` does), so fast and slow models are timed alike.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from typing import Any
+
+import numpy as np
+
+from .runtimes import Runtime, openvino_model
+
+BLOCK_S = 0.05  # a timed block lasts at least this long: short enough to interleave, long enough for the clock
+PAUSE_S = 0.3  # idle time before each block, so the previous runtime's spinning workers go to sleep
+NOISY_IQR = 0.15  # a variant whose rounds spread more than this (interquartile range / median) is reported noisy
+
+
+def calls_per_block(call: Any, number: int | None) -> int:
+    """``number`` if set, else the smallest 1-2-5 count whose block lasts ``BLOCK_S``."""
+    if number:
+        return number
+    for count in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000):
+        start = time.perf_counter()
+        for _ in range(count):
+            call()
+        if time.perf_counter() - start >= BLOCK_S:
+            return count
+    return 10000
+
+
+def time_interleaved(runtimes: list[Runtime], rounds: int, number: int | None) -> dict[str, dict]:
+    """Per variant: the per-call seconds of each round, every variant timed once per round."""
+    counts = {rt.variant: calls_per_block(rt.call, number) for rt in runtimes}
+    samples: dict[str, list[float]] = {rt.variant: [] for rt in runtimes}
+    for _ in range(rounds):
+        for rt in runtimes:
+            time.sleep(PAUSE_S)
+            rt.call()  # wakes this runtime's own workers: the block times it warm, as in a serving loop
+            count = counts[rt.variant]
+            start = time.perf_counter()
+            for _ in range(count):
+                rt.call()
+            samples[rt.variant].append((time.perf_counter() - start) / count)
+    return {variant: {**_stats(secs), "calls_per_round": counts[variant]} for variant, secs in samples.items()}
+
+
+def _stats(seconds: list[float]) -> dict:
+    ms = np.array(seconds) * 1e3
+    median = float(np.median(ms))
+    q1, q3 = np.percentile(ms, [25, 75])
+    return {"median_ms": median, "min_ms": float(ms.min()), "max_ms": float(ms.max()),
+            "mean_ms": float(ms.mean()), "iqr_ratio": float((q3 - q1) / median) if median > 0 else 0.0,
+            "rounds": len(ms)}
+
+
+def profile_tvm(exe: Any, target: Any, model: Any, runs: int = 5) -> str:
+    """Per-function time breakdown (CSV: name, calls, total ms per run, share, hot ms per run),
+    timed through the VM's instrumentation hook around every call it makes.
+
+    ``hot_ms``: each kernel called again at once with the same arguments, its operands still in
+    cache. What ``total_ms`` has above it is the time the kernel spends fetching its inputs and
+    weights from memory inside the model. VM builtins are not called twice (their column is empty)."""
+    import tvm
+
+    from tvm import relax
+
+    dev = tvm.cuda() if target.kind.name == "cuda" else tvm.cpu()
+    vm = relax.VirtualMachine(exe, dev)
+    totals: dict[str, list] = {}
+    started: dict[str, float] = {}
+
+    def instrument(func, symbol, before_run, ret_value, *args):
+        if before_run:
+            started[symbol] = time.perf_counter()
+            return 0
+        dev.sync()
+        kernel = not symbol.startswith("vm.builtin.")
+        entry = totals.setdefault(symbol, [0, 0.0, 0.0 if kernel else None])
+        entry[0] += 1
+        entry[1] += time.perf_counter() - started.pop(symbol, time.perf_counter())
+        if kernel:
+            start = time.perf_counter()
+            func(*args)
+            dev.sync()
+            entry[2] += time.perf_counter() - start
+        return 0
+
+    vm.set_instrument(tvm.runtime.convert(instrument) if hasattr(tvm.runtime, "convert") else instrument)
+    args = [tvm.runtime.tensor(t.numpy(), dev) for t in model.inputs]
+    for _ in range(runs):
+        vm["main"](*args)
+    grand = sum(v[1] for v in totals.values()) or 1.0
+    lines = ["name,calls,total_ms,share,hot_ms"]
+    for name, (calls, secs, hot) in sorted(totals.items(), key=lambda kv: -kv[1][1]):
+        hot_ms = "" if hot is None else f"{1e3 * hot / runs:.4f}"
+        lines.append(f"{name},{calls},{1e3 * secs / runs:.4f},{secs / grand:.4f},{hot_ms}")
+    return "\n".join(lines) + "\n"
+
+
+def compare_outputs(got: list[np.ndarray], expected: list[np.ndarray], rtol: float,
+                    atol: float) -> tuple[float, bool]:
+    """(max error relative to the output's scale, whether every output matches).
+
+    An element matches if ``|got - expected| <= rtol * |expected| + atol * max|expected|``: the
+    absolute part scales with the output, so outputs near zero (random-weight logits, layer-norm
+    centred features) neither fail on rounding nor pass because everything is small."""
+    if len(got) != len(expected):
+        return float("inf"), False
+    worst, ok = 0.0, True
+    for g, e in zip(got, expected):
+        g, e = np.asarray(g, dtype=np.float64), np.asarray(e, dtype=np.float64)
+        if g.shape != e.shape:
+            return float("inf"), False
+        if not g.size:
+            continue
+        scale = float(np.max(np.abs(e))) or 1.0
+        diff = np.abs(g - e)
+        worst = max(worst, float(np.max(diff)) / scale)
+        ok = ok and bool(np.all(diff <= rtol * np.abs(e) + atol * scale))
+    return worst, ok
+
+
+def profile_pytorch(model: Any, threads: int, runs: int = 10, rows: int = 25) -> str:
+    """PyTorch eager's own profile (``torch.profiler``), grouped by input shape: its operators'
+    time per call, to set beside a TVM build's ``profile_tvm``."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.set_num_threads(threads)
+    with torch.no_grad():
+        for _ in range(5):
+            model.module(*model.inputs)
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+            for _ in range(runs):
+                model.module(*model.inputs)
+    return prof.key_averages(group_by_input_shape=True).table(
+        sort_by="self_cpu_time_total", row_limit=rows, max_name_column_width=30, max_shapes_column_width=60)
+
+
+def profile_openvino(model: Any, threads: int, runs: int = 10, rows: int = 25) -> str:
+    """OpenVINO's performance counters summed per layer type (ms per inference, with the kernels
+    it chose), compiled as the benchmark's ``openvino`` variant."""
+    request = openvino_model(model, threads, {"PERF_COUNT": "YES"}).create_infer_request()
+    inputs = [x.numpy() for x in model.inputs]
+    for _ in range(5):
+        request.infer(inputs)
+    totals: dict[str, list] = collections.defaultdict(lambda: [0, 0.0, set()])
+    for _ in range(runs):
+        request.infer(inputs)
+        for layer in request.get_profiling_info():
+            if layer.status.name == "EXECUTED":
+                entry = totals[layer.node_type]
+                entry[0] += 1
+                entry[1] += layer.real_time.total_seconds() * 1e3
+                entry[2].add(layer.exec_type)
+    grand = sum(entry[1] for entry in totals.values()) / runs
+    lines = [f"{'layer type':20} {'calls':>6} {'ms':>8}  kernels", f"{'all':20} {'':>6} {grand:8.3f}"]
+    for kind, (calls, ms, kernels) in sorted(totals.items(), key=lambda kv: -kv[1][1])[:rows]:
+        lines.append(f"{kind:20} {calls // runs:6d} {ms / runs:8.3f}  {', '.join(sorted(kernels))}")
+    return "\n".join(lines)
