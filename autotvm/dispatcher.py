@@ -33,9 +33,10 @@ class DispatchContext:
 class ApplyHistoryBest:
     """The fastest record per (target kind, workload) of the given logs or records.
 
-    Records that do not fit their task's space (stale: written for an older knob space) are
-    skipped, and the fastest record that fits is used; each log with stale records gets one
-    warning, when the context exits or ``build_program`` has looked up all its tasks.
+    Records that do not fit their task's space (stale: written for an older knob space), and
+    records whose cost is faster than the task's target could run, are skipped, and the fastest
+    record that fits is used; each log with such records gets one warning, when the context exits
+    or ``build_program`` has looked up all its tasks.
     """
 
     def __init__(self, records: Any) -> None:
@@ -51,8 +52,8 @@ class ApplyHistoryBest:
         workload (``(name, *args)``), unbound."""
         if workload is None:
             task = target
-            for inp, _ in self.best.get(lookup_key(task.target, workload_key(task)), []):
-                cfg = bind_record(inp.config, task, self.stale)
+            for inp, res in self.best.get(lookup_key(task.target, workload_key(task)), []):
+                cfg = bind_record(inp.config, task, self.stale, res)
                 if cfg is not None:
                     return cfg
             return None

@@ -101,8 +101,9 @@ def _host_defaults(spec: dict) -> dict:
 def _cuda_defaults(spec: dict) -> dict:
     """Fill a CUDA target in with the limits MetaSchedule's GPU rules read: this machine's GPU's,
     or without one (building for a GPU reached through RPC) the limits every NVIDIA GPU since
-    Kepler has, 1024 threads and 48 KiB of shared memory per block. A bare ``Target("cuda")``
-    lacks ``max_threads_per_block``, and the design space of any task fails without it."""
+    Kepler has, 1024 threads and 48 KiB of shared memory per block, and ``NO_GPU_ARCH``. A bare
+    ``Target("cuda")`` lacks ``max_threads_per_block``, and the design space of any task fails
+    without it."""
     spec = dict(spec)
     device = tvm.cuda(0)
     if device.exist:
@@ -110,9 +111,15 @@ def _cuda_defaults(spec: dict) -> dict:
         spec.setdefault("max_threads_per_block", device.max_threads_per_block)
         spec.setdefault("max_shared_memory_per_block", device.max_shared_memory_per_block)
     else:
+        spec.setdefault("arch", NO_GPU_ARCH)
         spec.setdefault("max_threads_per_block", 1024)
         spec.setdefault("max_shared_memory_per_block", 48 * 1024)
     return spec
+
+
+# the architecture a CUDA target is built for where no GPU tells (name "arch" for yours): the
+# oldest that CUDA 13's nvcc compiles for, with tensor cores (TVM's own default, sm_50, is older)
+NO_GPU_ARCH = "sm_75"
 
 
 def runtime_threads(target: tvm.target.Target) -> int:
@@ -139,6 +146,48 @@ def use_runtime_threads(threads: Any) -> None:
     threads = check_int("threads", threads)
     if "TVM_NUM_THREADS" not in os.environ and "OMP_NUM_THREADS" not in os.environ:
         os.environ["TVM_NUM_THREADS"] = str(threads)
+
+
+# per core and cycle, the most operations a CPU's widest units can do (AMX int8 tiles, AVX-512
+# VNNI int8, AVX2 VNNI-less int8 through FMA-wide units, scalar-ish): a ceiling, not an estimate
+_OPS_PER_CYCLE = (("amx-tile", 2048), ("avx512f", 256), ("avx2", 128))
+_MAX_CLOCK_HZ = 6e9  # above any CPU's boost clock
+_GPU_PEAK = 4e15  # above any GPU's dense tensor-core peak (FLOP/s)
+
+
+def peak_flops(target: Any) -> float:
+    """A generous ceiling on what code built for ``target`` can compute per second: its cores x
+    the widest units its CPU has x a clock no CPU reaches, doubled (for a GPU, more than any GPU's
+    tensor cores). A measured cost above it is no measurement (a forged or damaged record)."""
+    import os
+
+    target = make_target(target)
+    if target.kind.name == "cuda":
+        return _GPU_PEAK
+    from tvm.target import codegen
+
+    try:
+        features = set(codegen.llvm_get_cpu_features(target))
+    except Exception:  # a target LLVM cannot describe: assume the widest units
+        features = {"amx-tile"}
+    per_cycle = next((ops for feature, ops in _OPS_PER_CYCLE if feature in features), 64)
+    cores = int(target.attrs.get("num-cores", 0) or os.cpu_count() or 1)
+    return 2.0 * cores * per_cycle * _MAX_CLOCK_HZ
+
+
+_BYTES_PER_CORE_S = 2.5e12  # above any core's L1 bandwidth (about 200 bytes a cycle at 6 GHz), doubled
+_GPU_BYTES_S = 5e13  # above any GPU's memory and L2 bandwidth
+
+
+def peak_bandwidth(target: Any) -> float:
+    """A generous ceiling on the bytes a second code built for ``target`` can read and write: the
+    bound of a kernel that computes nothing (a transpose, a copy), as ``peak_flops`` is of one that does."""
+    import os
+
+    target = make_target(target)
+    if target.kind.name == "cuda":
+        return _GPU_BYTES_S
+    return _BYTES_PER_CORE_S * int(target.attrs.get("num-cores", 0) or os.cpu_count() or 1)
 
 
 def device_of(target: tvm.target.Target) -> str:

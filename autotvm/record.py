@@ -3,12 +3,15 @@
 Each record also carries ``"space"``, the digest of the knob space it was measured in
 (``ConfigSpace.digest``): a record of another space is recognised as stale, skipped with one
 warning per file, and never applied. Records without it (older logs, AutoTVM's) are used when
-their knob values bind to the task's space and are stale otherwise.
+their knob values bind to the task's space and are stale otherwise. ``"flop"``, the task's
+FLOP count, lets a reader judge a cost without the task: a cost faster than the target could
+run (``env.peak_flops``; a forged, hand-edited or damaged record) is never a measurement.
 """
 
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import logging
 import math
@@ -52,11 +55,19 @@ class RecordConfig:
 
 
 class StaleRecords:
-    """Counts records that do not fit their task's space, per log, and warns once per log."""
+    """Counts records that are skipped when bound to a task (they do not fit its space, or their
+    cost is implausible for it), per log, and warns once per log."""
 
     def __init__(self) -> None:
         self.counts: collections.Counter = collections.Counter()
         self.reasons: dict[str, list[str]] = {}
+        self.implausible: collections.Counter = collections.Counter()
+        self.first_implausible: dict[str, str] = {}
+
+    def add_implausible(self, config: Any, reason: str) -> None:
+        source = getattr(config, "source", None) or "(records given in memory)"
+        self.implausible[source] += 1
+        self.first_implausible.setdefault(source, reason)
 
     def add(self, config: Any, reason: str) -> None:
         source = getattr(config, "source", None) or "(records given in memory)"
@@ -70,12 +81,24 @@ class StaleRecords:
         for source, count in self.counts.items():
             logger.warning("%s: skipped %d stale record%s (%s); tune again to replace them", source, count,
                            "" if count == 1 else "s", "; ".join(self.reasons[source]))
+        for source, count in self.implausible.items():
+            logger.warning("%s: skipped %d record%s (first: %s): such records are forged, edited or damaged, "
+                           "never measurements", source, count, "" if count == 1 else "s",
+                           self.first_implausible[source])
         self.counts.clear()
         self.reasons.clear()
+        self.implausible.clear()
+        self.first_implausible.clear()
 
 
-def bind_record(config: Any, task: Any, stale: StaleRecords) -> Any:
-    """``config`` bound to ``task``'s space, or ``None`` (counted in ``stale``) when it does not fit."""
+def bind_record(config: Any, task: Any, stale: StaleRecords, result: MeasureResult | None = None) -> Any:
+    """``config`` bound to ``task``'s space, or ``None`` (counted in ``stale``) when it does not fit,
+    or when ``result``'s cost is faster than ``task``'s target could run it."""
+    if result is not None:
+        why = implausible(result, getattr(task, "flop", 0.0), task.target, getattr(task, "args", ()))
+        if why:
+            stale.add_implausible(config, why)
+            return None
     if not hasattr(config, "bind"):
         return config
     try:
@@ -86,12 +109,14 @@ def bind_record(config: Any, task: Any, stale: StaleRecords) -> Any:
 
 
 class RecordTask:
-    """The task part of a loaded record: its target, name and args (enough to match a workload)."""
+    """The task part of a loaded record: its target, name and args (enough to match a workload),
+    and its FLOP count where the record carries it (0 otherwise)."""
 
-    def __init__(self, target: str, name: str, args: list) -> None:
+    def __init__(self, target: str, name: str, args: list, flop: float = 0.0) -> None:
         self.target = target
         self.name = name
         self.args = tuple(args)
+        self.flop = flop
 
     @property
     def workload(self) -> tuple:
@@ -112,7 +137,8 @@ def workload_key(task: Any) -> tuple:
     return (task.name, *_freeze(list(task.args)))
 
 
-def _row(target: Any, name: str, args: Any, config: dict, result: MeasureResult, space: str | None) -> str:
+def _row(target: Any, name: str, args: Any, config: dict, result: MeasureResult, space: str | None,
+         flop: float = 0.0) -> str:
     costs = list(result.costs) if result.ok else [FAILED_COST]
     row = {
         "input": [str(target), name, list(args), {}],
@@ -123,6 +149,8 @@ def _row(target: Any, name: str, args: Any, config: dict, result: MeasureResult,
     }
     if space is not None:
         row["space"] = space
+    if flop:
+        row["flop"] = flop
     if not result.ok:  # an extra key: AutoTVM readers ignore it, people debugging need it
         row["error_msg"] = result.error_message
     return json.dumps(row)
@@ -132,7 +160,8 @@ def encode(inp: MeasureInput, result: MeasureResult) -> str:
     """One JSON line: input (target, task name, args), config, result, version."""
     space = getattr(inp.config, "space", None)
     digest = space.digest if hasattr(space, "digest") else space  # a ConfigEntity's space, or a record's digest
-    return _row(inp.target, inp.task.name, inp.task.args, inp.config.to_json_dict(), result, digest)
+    return _row(inp.target, inp.task.name, inp.task.args, inp.config.to_json_dict(), result, digest,
+                float(getattr(inp.task, "flop", 0.0) or 0.0))
 
 
 def decode(line: str, source: str | None = None) -> tuple[MeasureInput, MeasureResult]:
@@ -140,7 +169,7 @@ def decode(line: str, source: str | None = None) -> tuple[MeasureInput, MeasureR
     row = json.loads(line)
     target, name, args, _ = row["input"]
     costs, error_no, all_cost, timestamp = row["result"]
-    task = RecordTask(target, name, args)
+    task = RecordTask(target, name, args, float(row.get("flop", 0.0) or 0.0))
     inp = MeasureInput(target, task, RecordConfig(row["config"], row.get("space"), source))
     if int(error_no) != 0:
         costs = [row.get("error_msg", "failed")]
@@ -165,8 +194,9 @@ class UnreadableLines:
                            "" if self.count == 1 else "s", lineno, reason)
 
 
-def _impossible(result: MeasureResult) -> str | None:
+def _impossible(record: tuple[MeasureInput, MeasureResult]) -> str | None:
     """Why a successful result cannot be a measurement (a hand-edited or forged record), or None."""
+    inp, result = record
     if not result.ok:
         return None
     try:
@@ -175,7 +205,49 @@ def _impossible(result: MeasureResult) -> str | None:
         return "a cost that is not a number"
     if not costs or not all(math.isfinite(c) and c > 0 for c in costs):
         return "a cost that is not a positive finite number"
+    return implausible(result, inp.task.flop, inp.target, inp.task.args)
+
+
+def implausible(result: MeasureResult, flop: float, target: Any, args: Any = ()) -> str | None:
+    """Why ``result``'s cost is faster than ``target`` could run it (a forged, edited or damaged
+    record), or None: ``flop`` operations above ``env.peak_flops``, or the tensors of ``args``
+    (AutoTVM's ``["TENSOR", shape, dtype]``) read and written once above ``env.peak_bandwidth``."""
+    if not result.ok or not math.isfinite(result.mean_cost) or result.mean_cost <= 0:
+        return None
+    peak_flops, peak_bytes = _peaks(str(target))
+    if flop and flop / result.mean_cost > peak_flops:
+        return (f"a cost faster than the target can run ({flop / result.mean_cost / 1e9:.3g} GFLOPS, above its bound "
+                f"of {peak_flops / 1e9:.3g})")
+    moved = _tensor_bytes(args)
+    if moved and moved / result.mean_cost > peak_bytes:
+        return (f"a cost faster than the target can run ({moved / result.mean_cost / 1e9:.3g} GB/s of its tensors, "
+                f"above its bound of {peak_bytes / 1e9:.3g})")
     return None
+
+
+def _tensor_bytes(args: Any) -> int:
+    """The bytes of the ``["TENSOR", shape, dtype]`` entries of a workload's arguments."""
+    total = 0
+    for arg in args or ():
+        if isinstance(arg, (list, tuple)) and len(arg) == 3 and arg[0] == "TENSOR":
+            try:
+                total += math.prod(int(d) for d in arg[1]) * max(1, tvm.DataType(str(arg[2])).bits // 8)
+            except (TypeError, ValueError):
+                continue
+    return total
+
+
+@functools.lru_cache(maxsize=64)
+def _peaks(target: str) -> tuple[float, float]:
+    """(``env.peak_flops``, ``env.peak_bandwidth``) of a record's target (as its text); no bound if
+    it cannot be read."""
+    from .env import peak_bandwidth, peak_flops
+
+    try:
+        spec = json.loads(target) if target.lstrip().startswith("{") else target
+        return peak_flops(spec), peak_bandwidth(spec)
+    except Exception:
+        return math.inf, math.inf
 
 
 def load_from_file(path: str | os.PathLike) -> Iterator[tuple[MeasureInput, MeasureResult]]:
@@ -199,7 +271,7 @@ def load_from_file(path: str | os.PathLike) -> Iterator[tuple[MeasureInput, Meas
             except (ValueError, KeyError, TypeError, IndexError) as err:
                 unreadable.add(lineno, f"not a record ({type(err).__name__})")
                 continue
-            why = _impossible(record[1])
+            why = _impossible(record)
             if why:
                 unreadable.add(lineno, why)
                 continue
@@ -321,10 +393,42 @@ def _target_kind(target: Any) -> str:
         return text.split()[0] if text else ""
 
 
-def pick_best(in_file: str | os.PathLike, out_file: str | os.PathLike) -> None:
+def pick_best(in_file: str | os.PathLike, out_file: str | os.PathLike, tasks: Iterable[Any] | None = None,
+              measure_option: dict | None = None, top: int = 3) -> None:
     """Write only the fastest record of each (target kind, workload) of ``in_file`` to ``out_file``
-    (AutoTVM's ``autotvm.record.pick_best``)."""
-    best = [group[0] for group in best_by_workload(load_from_file(in_file)).values()]
+    (AutoTVM's ``autotvm.record.pick_best``). With ``tasks`` (those the records belong to), a record
+    must also fit its task's space and be a cost its target could run. With ``measure_option`` too,
+    the ``top`` fastest configs of each task are measured again, together, and the fastest of them
+    as measured again is written with its new result: a record is one timing, and the fastest of
+    hundreds of timings reads high."""
+    from .checks import check_int
+    from .measure.measure import create_measure_batch
+
+    check_int("top", top)
+    if measure_option is not None and tasks is None:
+        raise AutoTVMError("pick_best: measuring again needs tasks=, the tasks the records belong to")
+    by_key = {lookup_key(task.target, workload_key(task)): task for task in tasks or []}
+    stale = StaleRecords()
+    best = []
+    for key, group in best_by_workload(load_from_file(in_file)).items():
+        task = by_key.get(key)
+        if task is None:
+            best.append(group[0])
+            continue
+        fitting: dict[int, tuple[MeasureInput, MeasureResult]] = {}
+        for inp, res in group:
+            config = bind_record(inp.config, task, stale, res)
+            if config is not None and config.index not in fitting:
+                fitting[config.index] = (MeasureInput(task.target, task, config), res)
+        if not fitting:
+            continue
+        chosen = list(fitting.values())[: top if measure_option is not None else 1]
+        if measure_option is not None:
+            inputs = [inp for inp, _ in chosen]
+            chosen = [pair for pair in zip(inputs, create_measure_batch(task, measure_option)(inputs)) if pair[1].ok]
+        if chosen:
+            best.append(min(chosen, key=lambda pair: pair[1].mean_cost))
+    stale.warn()
     with open(out_file, "w", encoding="utf-8") as out:
         for inp, res in best:
             out.write(encode(inp, res) + "\n")

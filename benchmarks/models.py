@@ -1,12 +1,14 @@
 """Tune each shipped model config, benchmark it against the other runtimes, and write one table.
 
-    python benchmarks/models.py --out results/models.md            # all four configs/*.json
-    python benchmarks/models.py --configs configs/resnet-18.json   # one
+    python benchmarks/models.py --out results/models.md                    # the CPU configs
+    python benchmarks/models.py --configs configs/cuda-*.json --precisions float32,float16
 
-For each config: ``driver.py -m=tune`` (its wall time is the tuning time), then ``driver.py
--m=benchmark``, each in its own process so that no runtime's threads outlive its block. The table
-gives, per model, every variant's median latency, the tuned build's speed-up over eager and over
-the fastest other runtime, and the tuning time. Rerunning resumes the tunes from their logs.
+For each config and precision: ``driver.py -m=tune`` (its wall time is the tuning time), then
+``driver.py -m=benchmark``, each in its own process so that no runtime's threads outlive its
+block; a precision other than the config's own is set with ``--set run_settings.precision=...``
+and tunes into its own log. The table gives, per model and precision, every variant's median
+latency (with the precision it ran in), the tuned build's speed-up over eager and over the
+fastest other runtime (named), and the tuning time. Rerunning resumes the tunes from their logs.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ import argparse
 import glob
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -23,51 +24,54 @@ import time
 import tabulate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RUNTIMES = ("pytorch-eager", "torch-compile", "onnxruntime", "openvino")
+SHORT = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
 
 
-def _driver(method: str, config: str) -> float:
+def _driver(method: str, config: str, overrides: list[str]) -> float:
     start = time.perf_counter()
-    subprocess.run([sys.executable, os.path.join(ROOT, "driver.py"), f"-m={method}", f"-c={config}"], check=True)
+    sets = [arg for item in overrides for arg in ("--set", item)]
+    subprocess.run([sys.executable, os.path.join(ROOT, "driver.py"), f"-m={method}", f"-c={config}", *sets],
+                   check=True)
     return time.perf_counter() - start
-
-
-def _cpu() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            name = next(line.split(":", 1)[1].strip() for line in handle if line.startswith("model name"))
-    except (OSError, StopIteration):
-        name = platform.processor()
-    return f"{name}, {os.cpu_count()} cores"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--configs", nargs="+", default=sorted(glob.glob(os.path.join(ROOT, "configs", "*.json"))))
+    parser.add_argument("--configs", nargs="+", default=sorted(p for p in glob.glob(os.path.join(ROOT, "configs", "*.json"))
+                                                              if not os.path.basename(p).startswith("cuda-")))
+    parser.add_argument("--precisions", default=None,
+                        help="comma-separated precisions to run each config in (default: each config's own)")
     parser.add_argument("--out", default="results/models.md")
     args = parser.parse_args()
-    rows = []
+    rows, device = [], ""
     for path in args.configs:
         config = json.load(open(path, encoding="utf-8"))
-        tune_s = _driver("tune", path)
-        time.sleep(1)
-        _driver("benchmark", path)
         settings = config["autotuner_settings"]
-        # the driver ran in this working directory: relative save paths are relative to it
-        result = os.path.join(settings.get("save_path", "results"), f"{settings.get('save_name', 'tuning')}-benchmark.json")
-        for model in config["models"]:
-            timed = {r["variant"]: r for r in json.load(open(result, encoding="utf-8")) if r["model"] == model["name"]}
-            tuned = timed.get("tvm-tuned")
-            fastest = min((timed[v]["median_ms"], v) for v in RUNTIMES if v in timed)
-            rows.append([model["name"], *[timed[v]["median_ms"] if v in timed else None for v in RUNTIMES],
-                         tuned["median_ms"] if tuned else None,
-                         tuned["speedup_over_eager"] if tuned else None,
-                         f"{fastest[0] / tuned['median_ms']:.2f} ({fastest[1]})" if tuned else "-",
-                         settings.get("model_trials"), round(tune_s)])
-    headers = ["model", *[f"{v} ms" for v in RUNTIMES], "tvm-tuned ms", "x eager", "x fastest other", "trials",
-               "tune s"]
-    table = tabulate.tabulate(rows, headers=headers, tablefmt="github", floatfmt=".2f", missingval="-")
-    text = f"Medians of interleaved rounds, batch 1, {_cpu()}, {time.strftime('%Y-%m-%d')}\n\n{table}\n"
+        own = config.get("run_settings", {}).get("precision", "float32")
+        for precision in (args.precisions.split(",") if args.precisions else [own]):
+            name = settings.get("save_name", "tuning") + ("" if precision == own else f"-{SHORT[precision]}")
+            overrides = [] if precision == own else [f"run_settings.precision={precision}",
+                                                     f"autotuner_settings.save_name={name}"]
+            tune_s = _driver("tune", path, overrides)
+            time.sleep(1)
+            _driver("benchmark", path, overrides)
+            # the driver ran in this working directory: relative save paths are relative to it
+            result = json.load(open(os.path.join(settings.get("save_path", "results"), f"{name}-benchmark.json"),
+                                    encoding="utf-8"))
+            device = result[0].get("device_name", device) if result else device
+            for model in config["models"]:
+                timed = {r["variant"]: r for r in result if r["model"] == model["name"]}
+                tuned = timed.get("tvm-tuned")
+                others = "; ".join(f"{v} {r['median_ms']:.3f} ({SHORT.get(r['precision'], r['precision'])})"
+                                   for v, r in timed.items() if v not in ("tvm-tuned", "tvm-untuned"))
+                rows.append([model["name"], precision, others, tuned["median_ms"] if tuned else None,
+                             tuned["speedup_over_eager"] if tuned else None,
+                             f"{tuned['speedup_over_fastest_other']:.2f} ({tuned['fastest_other']})" if tuned else "-",
+                             settings.get("model_trials"), round(tune_s)])
+    headers = ["model", "precision", "other runtimes, median ms (precision)", "tvm-tuned ms", "x eager",
+               "x fastest other", "trials", "tune s"]
+    table = tabulate.tabulate(rows, headers=headers, tablefmt="github", floatfmt=".3f", missingval="-")
+    text = f"Medians of interleaved rounds, batch 1, {device}, {time.strftime('%Y-%m-%d')}\n\n{table}\n"
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as handle:
         handle.write(text)

@@ -206,3 +206,122 @@ def test_an_rpc_server_that_never_comes_back_stops_the_tune_with_one_line(tmp_pa
     records = _records(log)
     assert len(records) == 2 and all(r["result"][1] == 0 for r in records)  # no fake failure recorded
     assert any("is gone: waiting up to 3 s" in r.message for r in caplog.records)
+
+
+def test_a_forged_fast_record_is_never_chosen(tmp_path, matmul_task, measure_opt, caplog):
+    """A record that claims a cost the target could never run (here 1e-12 s for the slowest config
+    measured) is skipped with one warning per log, by every reader: the log reader when the record
+    names its FLOPs, the tuner on resume, apply_history_best and pick_best when it does not."""
+    log = tmp_path / "real.json"
+    RandomTuner(matmul_task, seed=0).tune(4, measure_opt, callbacks=[autotvm.callback.log_to_file(str(log))])
+    release_log(log)
+    rows = _records(log)
+    slowest = max(rows, key=lambda row: row["result"][0][0])
+    forged = dict(slowest, result=[[1e-12], 0, 1.0, time.time()])
+    unnamed = {key: value for key, value in forged.items() if key != "flop"}  # AutoTVM's own format: no FLOPs
+    for name, extra in (("forged", forged), ("unnamed", unnamed)):
+        path = tmp_path / f"{name}.json"
+        path.write_text(log.read_text() + json.dumps(extra) + "\n")
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="autotvm"):
+            tuner = RandomTuner(matmul_task, seed=0)
+            assert tuner.load_history(str(path)) == 4  # configs, not records: the forged one is not a 5th
+            assert tuner.best_config.index != slowest["config"]["index"]
+            with autotvm.apply_history_best(str(path)):
+                chosen = autotvm.DispatchContext.current_config(matmul_task)
+            autotvm.record.pick_best(path, tmp_path / "best.json", tasks=[matmul_task])
+        assert chosen.index != slowest["config"]["index"]
+        (best,) = _records(tmp_path / "best.json")
+        assert best["config"]["index"] == chosen.index and best["result"][0][0] > 1e-9
+        warned = [r.getMessage() for r in caplog.records if "faster than the target can run" in r.getMessage()]
+        assert warned and all(str(path) in w for w in warned), [r.getMessage() for r in caplog.records]
+    # pick_best can time its choices again: the fastest of the top configs as measured now
+    autotvm.record.pick_best(tmp_path / "forged.json", tmp_path / "again.json", tasks=[matmul_task],
+                             measure_option=measure_opt, top=2)
+    (again,) = _records(tmp_path / "again.json")
+    assert again["result"][1] == 0 and again["result"][3] > slowest["result"][3]  # a new timing
+
+
+def test_the_benchmark_warns_when_a_build_is_slower_than_its_records(tmp_path):
+    """Records five times faster than the build really runs (measured on another machine, say) are
+    plausible, so they are used; the benchmark then names the functions that lag them."""
+    path, config = tiny_config(tmp_path, models=[{"name": "mm", "type": "op", "workload": "mm512"}])
+    config["autotuner_settings"].update(trials=4, tuner="random")
+    config["run_settings"] = {"repeat": 2, "number": 2, "variants": ["tvm-tuned"]}
+    with open(path, "w") as handle:
+        json.dump(config, handle)
+    assert driver("-m=tune", f"-c={path}").returncode == 0
+    log = tmp_path / "out" / "t-mm.json"
+    result = driver("-m=benchmark", f"-c={path}")
+    assert result.returncode == 0 and "slower than the records" not in result.stdout, result.stdout[-2000:]
+    rows = _records(log)
+    for row in rows:
+        row["result"][0] = [cost / 5 for cost in row["result"][0]]
+    log.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    result = driver("-m=benchmark", f"-c={path}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    warning = next(line for line in result.stdout.splitlines() if "slower than the records" in line)
+    assert "mm tvm-tuned: 1 function run more than 2x slower" in warning and "matmul" in warning
+
+
+def test_builds_that_die_under_a_file_size_limit_stop_the_tune_without_fake_failures(tmp_path):
+    """A file-size limit (as a full disk) kills the compiler inside the build workers, which say
+    nothing of why: the tune checks the disk, stops with its one line, and logs no failure."""
+    from tools.models import model_tasks
+
+    path, config = tiny_config(tmp_path)
+    model_tasks(config["models"][0], autotvm.make_target("llvm"))  # the design space cached before the limit
+    limit = 16 * 1024  # a build's library is larger; a batch of records is not
+
+    def small_files():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "driver.py"), "-m=tune", f"-c={path}"],
+                            capture_output=True, text=True, env=env, preexec_fn=small_files, timeout=600)
+    _one_line_error(result, "the disk is full", "run the same command again to resume")
+    log = tmp_path / "out" / "t-mm.json"
+    assert not log.exists() or all(row["result"][1] == 0 for row in _records(log))
+
+
+def test_a_killed_build_worker_is_measured_again_not_recorded_as_a_compile_error(tmp_path, matmul_task, runner):
+    builder = autotvm.LocalBuilder(n_parallel=2, timeout=20)
+    killed = []
+
+    def kill_the_build_workers(tuner, inputs, results):
+        if not killed:  # after the first batch: the builder's worker processes die mid-tune
+            pids = [w._proc.pid for w in builder.executor._worker_map.values() if w._proc is not None]
+            for pid in pids:
+                os.kill(pid, signal.SIGKILL)
+            killed.extend(pids)
+
+    log = tmp_path / "killed.json"
+    try:
+        RandomTuner(matmul_task, seed=4).tune(8, autotvm.measure_option(builder, runner),
+                                              callbacks=[kill_the_build_workers, autotvm.callback.log_to_file(str(log))])
+    finally:
+        builder.close()
+    assert killed, "found no worker to kill"
+    records = _records(log)
+    assert len(records) == 8 and all(r["result"][1] == 0 for r in records), [r["result"] for r in records]
+
+
+def test_no_worker_outlives_a_tune_killed_with_sigkill(tmp_path):
+    import psutil
+
+    path, config = tiny_config(tmp_path)
+    config["autotuner_settings"].update(trials=200, tuner="random")
+    with open(path, "w") as handle:
+        json.dump(config, handle)
+    log = tmp_path / "out" / "t-mm.json"
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "driver.py"), "-m=tune", f"-c={path}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ, PYTHONPATH=ROOT))
+    deadline = time.time() + 120
+    while time.time() < deadline and (not log.exists() or len(log.read_text().splitlines()) < 4):
+        time.sleep(0.2)
+    workers = psutil.Process(proc.pid).children(recursive=True)
+    assert len(workers) >= 3, workers  # two build workers and a run worker
+    proc.kill()
+    proc.wait()
+    _, alive = psutil.wait_procs(workers, timeout=10)
+    assert not alive, [(p.pid, p.cmdline()) for p in alive]

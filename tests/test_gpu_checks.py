@@ -6,6 +6,7 @@ installed) are TVM's own; only the timings given to the tuners are synthetic, be
 here can run a CUDA kernel.
 """
 
+import os
 import shutil
 import time
 
@@ -110,3 +111,137 @@ def test_a_space_the_target_rejects_entirely_ends_the_tuning_instead_of_looping(
     tuner = make_tuner("ga", task, seed=0, pop_size=8)
     tuner.run_loop(synthetic_measure(task), 2, 16)
     assert tuner.history == [] and 0 < tuner.rejected <= 200 * 2
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc to compile CUDA code")
+def test_without_a_gpu_the_builder_compiles_each_cuda_kernel_with_nvcc(cuda_task, tmp_path, monkeypatch):
+    """TVM keeps a CUDA build's kernels as source where there is no GPU; the builder hands them to
+    nvcc, so a kernel nvcc refuses fails here as it would on the GPU (a refusing nvcc shows it)."""
+    if HAS_GPU:
+        pytest.skip("on a GPU the kernels are compiled when the runner loads them")
+    rng = np.random.default_rng(2)
+    configs = [c for c in (cuda_task.config_space.get(int(i)) for i in rng.integers(0, len(cuda_task.config_space), 300))
+               if cuda_task.check(c) is None][:2]
+    inputs = [MeasureInput(cuda_task.target, cuda_task, c) for c in configs]
+    builder = autotvm.LocalBuilder(n_parallel=2, timeout=60)
+    try:
+        assert [b.error_no for b in builder.build(inputs)] == [0, 0]
+    finally:
+        builder.close()
+    fake = tmp_path / "nvcc"
+    fake.write_text("#!/bin/sh\necho 'nvcc: kernel refused' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")  # the workers start with this PATH
+    builder = autotvm.LocalBuilder(n_parallel=2, timeout=60)
+    try:
+        refused = builder.build(inputs)
+    finally:
+        builder.close()
+    assert all(b.error_no == autotvm.MeasureErrorNo.COMPILE_DEVICE and "kernel refused" in b.error_msg
+               for b in refused), [b.error_msg for b in refused]
+
+
+def _fp16_matmul(n=256):
+    from tvm import te
+
+    a = te.placeholder((n, n), name="A", dtype="float16")
+    b = te.placeholder((n, n), name="B", dtype="float16")
+    k = te.reduce_axis((0, n), name="k")
+    return te.create_prim_func([a, b, te.compute((n, n), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")])
+
+
+def test_float16_tasks_on_tensor_core_gpus_search_tensor_core_kernels():
+    """A float16 function on a GPU with tensor cores gets MetaSchedule's tensor-core rules: its
+    sketches are tiled for WMMA, and the configs that pass the check compile to WMMA kernels."""
+    from autotvm.task.trace_task import rules_kind
+
+    task = autotvm.task.create_from_primfunc(_fp16_matmul(), {"kind": "cuda", "arch": "sm_80"}, name="mm256-f16")
+    assert rules_kind(task.mod, task.target) == "cuda-tensorcore"
+    assert rules_kind(task.mod, autotvm.make_target({"kind": "cuda", "arch": "sm_61"})) is None  # no tensor cores
+    rng = np.random.default_rng(0)
+    configs = [c for c in (task.config_space.get(int(i)) for i in rng.integers(0, len(task.config_space), 400))
+               if task.check(c) is None][:3]
+    assert configs
+    for config in configs:
+        lib = tvm.compile(task.instantiate(config), target=task.target)
+        source = next(m for m in lib.mod.imports if m.kind == "cuda").inspect_source("cuda")
+        assert "wmma::mma_sync" in source
+        if shutil.which("nvcc"):
+            from autotvm.measure.workers import check_cuda_kernels
+
+            check_cuda_kernels(lib, task.target)  # nvcc compiles it for sm_80, or raises
+
+
+def test_a_gpu_build_replays_the_model_as_one_cuda_graph():
+    """On a GPU the Relax VM captures the model's kernels between its first and last (those that
+    read the input and write the output) as a CUDA graph, replayed as one launch."""
+    from tools.models import build_model, load_program
+
+    spec = {"name": "t", "type": "torch", "model": "transformer", "layers": 1}
+    _, mod, params = load_program(spec)
+    exe = build_model(spec, mod, params, autotvm.make_target({"kind": "cuda", "arch": "sm_80"}))
+    assert "vm.builtin.cuda_graph.run_or_capture" in exe.as_text()
+    cpu = build_model(spec, mod, params, autotvm.make_target("llvm"))
+    assert "cuda_graph" not in cpu.as_text()
+
+
+def test_a_float16_build_converts_the_weights_once_and_keeps_float32_outputs():
+    """float16 (Relax's ToMixedPrecision): the fused functions read float16 weights folded at
+    build time, the model's outputs stay float32 and are close to PyTorch's float32 ones (here
+    run on the CPU, which has no tensor cores, only to check the numbers)."""
+    from tvm import relax
+
+    from tools.models import build_model, load_program
+    from tools.timing import compare_outputs, cosine
+
+    spec = {"name": "mlp", "type": "torch", "model": "mlp", "width": 64, "batch": 4}
+    model, mod, params = load_program(spec)
+    fused = autotvm.task.relax_integration.fused_program(mod, "llvm", params, precision="float16")
+    matmuls = [f for g, f in fused.functions_items() if "matmul" in g.name_hint]
+    assert matmuls and all("float16" in f.script() for f in matmuls)
+    exe = build_model(spec, mod, params, autotvm.make_target("llvm"), "float16")
+    vm = relax.VirtualMachine(exe, tvm.cpu())
+    out = vm["main"](*[tvm.runtime.tensor(t.numpy()) for t in model.inputs])
+    got = [o.numpy() for o in (out if not hasattr(out, "numpy") else [out])]
+    assert got[0].dtype == np.float32
+    error, _ = compare_outputs(got, model.torch_outputs(), 1e-2, 1e-2)
+    assert error < 1e-2 and cosine(got, model.torch_outputs()) > 0.999
+
+
+def test_the_benchmark_puts_every_runtime_on_the_targets_device():
+    """On a GPU PyTorch runs there (eager, compiled, with CUDA graphs), ONNX Runtime only with a
+    CUDA provider, OpenVINO not at all; on a CPU torch.compile's CUDA graphs are left out. What
+    cannot run is one line, and nothing runs on the wrong device."""
+    from tools.benchmark import default_variants
+    from tools.models import load_model
+    from tools.runtimes import Placement, RuntimeUnavailable, prepare
+
+    assert "torch-compile-cudagraphs" in default_variants("cuda") and "openvino" not in default_variants("cuda")
+    assert "torch-compile-cudagraphs" not in default_variants("cpu") and "openvino-f32" in default_variants("cpu")
+    model = load_model({"name": "m", "type": "op", "workload": "mm64"})
+    with pytest.raises(RuntimeUnavailable, match="not on this NVIDIA GPU"):
+        prepare("openvino", model, Placement("cuda", 2, "float32"))
+    with pytest.raises(RuntimeUnavailable, match="CUDA graphs need a GPU"):
+        prepare("torch-compile-cudagraphs", model, Placement("cpu", 2, "float32"))
+    import onnxruntime
+
+    if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
+        with pytest.raises(RuntimeUnavailable, match="no CUDA provider"):
+            prepare("onnxruntime", model, Placement("cuda", 2, "float32"))
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_GPU, reason="no CUDA GPU on this machine")
+def test_pytorch_runs_on_the_gpu_in_the_runs_precision():
+    import torch
+
+    from tools.models import load_model
+    from tools.runtimes import Placement, prepare
+
+    model = load_model({"name": "m", "type": "op", "workload": "mm64"})
+    for precision in ("float32", "float16"):
+        runtime = prepare("pytorch-eager", model, Placement("cuda", 2, precision))
+        out = runtime.call()
+        assert out.is_cuda and out.dtype == {"float32": torch.float32, "float16": torch.float16}[precision]
+        assert runtime.precision == precision
+    assert not torch.backends.cuda.matmul.allow_tf32  # float32 on the GPU is float32, as TVM's kernels

@@ -84,7 +84,7 @@ def test_stale_records_are_skipped_with_one_warning_per_log(matmul_task, measure
     assert all(row["space"] == matmul_task.config_space.digest for row in rows)
     fits = [row for row in rows if row["config"]["index"] != tuner.best_config.index]
     fastest_fitting = min(fits, key=lambda row: sum(row["result"][0]) / len(row["result"][0]))
-    faster = 1e-9  # faster than any real record, so a stale record would be chosen if it were not skipped
+    faster = 5e-7  # faster than any real record (yet a cost the CPU could run): a stale one would be chosen
     other_space = dict(rows[0], space="0" * 16, result=[[faster], 0, 1.0, 0.0])
     renamed = json.loads(json.dumps(rows[0]))
     del renamed["space"]

@@ -25,14 +25,14 @@ from autotvm.env import device_exists, device_of, runtime_threads, use_runtime_t
 
 from .models import ModelSpec, build_model, load_program
 from .plots import bar_chart
-from .runtimes import TVM_VARIANTS, Runtime, RuntimeUnavailable, prepare, tvm_runtime
+from .runtimes import SHORT, TVM_VARIANTS, VARIANTS, Placement, Runtime, RuntimeUnavailable, prepare, tvm_runtime
 from .saved_runs import writable_dir
 from .settings import Config
-from .timing import (NOISY_IQR, compare_outputs, profile_openvino, profile_pytorch, profile_tvm,
-                     time_interleaved)
+from .timing import (NOISY_IQR, SLOWER_THAN_RECORDS, accuracy, format_profile, function_times, profile_openvino,
+                     profile_pytorch, slower_than_records, time_interleaved)
 
 def benchmark_models(config: Config) -> list[dict]:
-    settings = config.autotuner_settings
+    settings, run = config.autotuner_settings, config.run_settings
     out_dir = writable_dir(settings.save_path, "autotuner_settings.save_path")
     target = autotvm.make_target(config.target)
     if not device_exists(target):
@@ -40,32 +40,50 @@ def benchmark_models(config: Config) -> list[dict]:
                            f"{device_of(target)} device for {target.kind.name!r}")
     threads = runtime_threads(target)  # every runtime gets the target's cores
     use_runtime_threads(threads)
+    where = Placement(device_of(target), threads, run.precision)
+    device = device_name(target)
+    print(f"== benchmark on {device}, {run.precision}" + (f", {threads} threads per runtime" if where.device == "cpu"
+                                                          else ""), flush=True)
     rows: list[dict] = []
     for spec in config.models:
-        rows += _benchmark_model(spec, config, target, threads, out_dir)
-    _write(rows, out_dir, settings.save_name, threads)
+        rows += _benchmark_model(spec, config, target, where, out_dir)
+    _write(rows, out_dir, settings.save_name, f"{device}, {run.precision}" + (
+        f", {threads} threads per runtime" if where.device == "cpu" else ""))
     return rows
 
 
-def _benchmark_model(spec: ModelSpec, config: Config, target: Any, threads: int, out_dir: str) -> list[dict]:
+def device_name(target: Any) -> str:
+    """The device a target's code runs on, by name: the GPU's, or the CPU's with its cores."""
+    import tvm
+
+    if target.kind.name == "cuda":
+        return str(tvm.cuda(0).device_name)
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo", encoding="utf-8")
+                if line.startswith("model name")), "CPU") if os.path.exists("/proc/cpuinfo") else "CPU"
+    return f"{cpu} ({runtime_threads(target)} cores)"
+
+
+def _benchmark_model(spec: ModelSpec, config: Config, target: Any, where: Placement, out_dir: str) -> list[dict]:
     """Prepare every variant of one model, check its outputs, then time them all interleaved."""
     run = config.run_settings
     model, mod, params = load_program(spec)
-    expected = model.torch_outputs()
+    expected = model.torch_outputs()  # float32 on the CPU: what every variant is checked against
     log = config.autotuner_settings.log_path(spec.name)
     runtimes, checks = [], {}
-    for variant in run.variants:
-        runtime = _prepare(variant, spec, model, mod, params, target, threads, log, out_dir, run.profile)
+    for variant in run.variants or default_variants(where.device):
+        runtime = _prepare(variant, spec, model, mod, params, target, where, log, out_dir, run.profile)
         if runtime is None:
             continue
-        error, ok = compare_outputs(runtime.outputs(), expected, run.rtol, run.atol)
-        if not ok:
-            print(f"WARNING: {spec.name} {variant}: outputs differ from PyTorch eager beyond rtol={run.rtol}, "
-                  f"atol={run.atol} x max|output| (max error {error:.3g} of the output's scale)")
+        checks[variant] = accuracy(runtime, expected, run)
+        if not checks[variant]["matches_pytorch"]:
+            print(f"WARNING: {spec.name} {variant}: outputs differ from PyTorch eager in float32 beyond "
+                  + (f"rtol={run.rtol}, atol={run.atol} x max|output|" if runtime.precision == "float32"
+                     else f"a cosine similarity of {run.min_cosine}")
+                  + f" (max error {checks[variant]['max_rel_error']:.3g} of the output's scale, cosine "
+                  f"{checks[variant]['cosine']:.5f})")
         runtimes.append(runtime)
-        checks[variant] = {"max_rel_error": error, "matches_pytorch": ok}
-    print(f"== {spec.name}: timing {', '.join(rt.variant for rt in runtimes)} in {run.repeat} interleaved "
-          f"rounds, {threads} threads each", flush=True)
+    print(f"== {spec.name}: timing {', '.join(rt.variant for rt in runtimes)} in {run.repeat} interleaved rounds",
+          flush=True)
     timings = time_interleaved(runtimes, run.repeat, run.number)
     rows = []
     for rt in runtimes:
@@ -73,30 +91,42 @@ def _benchmark_model(spec: ModelSpec, config: Config, target: Any, threads: int,
         if stats["iqr_ratio"] > NOISY_IQR:
             print(f"WARNING: {spec.name} {rt.variant}: timing is noisy (rounds spread {100 * stats['iqr_ratio']:.0f}% "
                   f"of the median); close other programs or raise run_settings.repeat")
-        rows.append({"model": spec.name, "variant": rt.variant, **stats, **checks[rt.variant]})
+        rows.append({"model": spec.name, "variant": rt.variant, "precision": rt.precision, "device": where.device,
+                     **stats, **checks[rt.variant]})
     return rows
 
 
-def _prepare(variant: str, spec: ModelSpec, model: Any, mod: Any, params: dict, target: Any, threads: int, log: str,
-             out_dir: str, profile: bool) -> Runtime | None:
+def default_variants(device: str) -> tuple[str, ...]:
+    """Every variant that runs on the device: on a GPU, PyTorch's and TVM's (OpenVINO runs on CPUs);
+    on a CPU, all but torch.compile's CUDA graphs."""
+    skip = {"cuda": ("openvino", "openvino-f32"), "cpu": ("torch-compile-cudagraphs",)}[device]
+    return tuple(v for v in VARIANTS if v not in skip)
+
+
+def _prepare(variant: str, spec: ModelSpec, model: Any, mod: Any, params: dict, target: Any, where: Placement,
+             log: str, out_dir: str, profile: bool) -> Runtime | None:
     """The variant's runtime, or None with a one-line note when it cannot run here."""
     if variant not in TVM_VARIANTS:
         try:
-            runtime = prepare(variant, model, threads)
+            runtime = prepare(variant, model, where)
         except RuntimeUnavailable as why:
             print(f"note: {spec.name}: {variant} skipped: {why}")
             return None
-        if profile and variant in RUNTIME_PROFILES:  # the runtime's own profile, to set beside TVM's
-            _write_profile(out_dir, log, variant, "txt", RUNTIME_PROFILES[variant](model, threads))
+        if profile and variant in RUNTIME_PROFILES and where.device == "cpu":  # its own profile, beside TVM's
+            _write_profile(out_dir, log, variant, "txt", RUNTIME_PROFILES[variant](model, where.threads))
         return runtime
     if variant == "tvm-tuned" and not os.path.exists(log):
         print(f"note: {spec.name}: tvm-tuned skipped: no records at {log}; run -m=tune first")
         return None
     with autotvm.apply_history_best(log) if variant == "tvm-tuned" else contextlib.nullcontext():
-        exe = build_model(spec, mod, params, target)
-    if profile:
-        _write_profile(out_dir, log, variant, "csv", profile_tvm(exe, target, model))
-    return tvm_runtime(variant, exe, target, model)
+        exe = build_model(spec, mod, params, target, where.precision)
+    if profile or variant == "tvm-tuned":
+        times = function_times(exe, target, model)
+        if profile:
+            _write_profile(out_dir, log, variant, "csv", format_profile(times))
+        if variant == "tvm-tuned":
+            _warn_if_slower_than_records(spec.name, times, log)
+    return tvm_runtime(variant, exe, target, model, where.precision)
 
 
 RUNTIME_PROFILES = {"pytorch-eager": profile_pytorch, "openvino": profile_openvino}
@@ -109,19 +139,33 @@ def _write_profile(out_dir: str, log: str, variant: str, suffix: str, text: str)
         handle.write(text)
 
 
+def _warn_if_slower_than_records(name: str, times: dict, log: str) -> None:
+    """One warning naming the functions that run much slower in the tuned build than its records say."""
+    slow = slower_than_records(times, log)
+    if slow:
+        listed = ", ".join(f"{fn} {ms:.3f} ms against {pred:.3f}" for fn, ms, pred in slow[:4])
+        print(f"WARNING: {name} tvm-tuned: {len(slow)} function{'s' if len(slow) > 1 else ''} run more than "
+              f"{SLOWER_THAN_RECORDS:g}x slower than the records at {log} say ({listed}{', ...' if len(slow) > 4 else ''}; "
+              "per run): were the records measured on another machine, or edited?")
+
+
 def speedups(rows: list[dict]) -> None:
     """Add to each row its speed-up over PyTorch eager and over the fastest other variant of its
-    model (for the tuned build: against the best a user could run instead)."""
+    model (for the tuned build: against the best a user could run instead), naming that variant
+    and its precision: the fastest other may compute in another precision than this row."""
     for row in rows:
         mine = [r for r in rows if r["model"] == row["model"]]
         eager = next((r["median_ms"] for r in mine if r["variant"] == "pytorch-eager"), float("nan"))
-        others = [r["median_ms"] for r in mine if r["variant"] != row["variant"]
+        others = [r for r in mine if r["variant"] != row["variant"]
                   and not (row["variant"] in TVM_VARIANTS and r["variant"] in TVM_VARIANTS)]
+        fastest = min(others, key=lambda r: r["median_ms"]) if others else None
         row["speedup_over_eager"] = eager / row["median_ms"]
-        row["speedup_over_fastest_other"] = min(others) / row["median_ms"] if others else float("nan")
+        row["speedup_over_fastest_other"] = fastest["median_ms"] / row["median_ms"] if fastest else float("nan")
+        row["fastest_other"] = f"{fastest['variant']} ({SHORT.get(fastest['precision'], fastest['precision'])})" \
+            if fastest else ""
 
 
-def _write(rows: list[dict], out_dir: str, name: str, threads: int) -> None:
+def _write(rows: list[dict], out_dir: str, name: str, subtitle: str) -> None:
     if not rows:
         print("nothing was timed")
         return
@@ -133,13 +177,15 @@ def _write(rows: list[dict], out_dir: str, name: str, threads: int) -> None:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    bar_chart(rows, base + ".png", f"batch inference, {threads} threads per runtime")
-    table = [[r["model"], r["variant"], r["median_ms"], r["min_ms"], r["max_ms"], r["speedup_over_eager"],
-              r["speedup_over_fastest_other"], "yes" if r["matches_pytorch"] else "NO"] for r in rows]
+    bar_chart(rows, base + ".png", f"batch inference, {subtitle}")
+    table = [[r["model"], r["variant"], SHORT.get(r["precision"], r["precision"]), r["median_ms"], r["min_ms"],
+              r["max_ms"], r["speedup_over_eager"], r["speedup_over_fastest_other"], r["fastest_other"],
+              f"{'yes' if r['matches_pytorch'] else 'NO'} ({r['max_rel_error']:.1e})"] for r in rows]
     print()
-    print(tabulate.tabulate(table, headers=["model", "variant", "median ms", "min ms", "max ms", "x eager",
-                                            "x fastest other", "matches eager"],
-                            floatfmt=("", "", ".3f", ".3f", ".3f", ".2f", ".2f", "")))
-    print("x fastest other: the fastest other runtime's median over this one's (TVM rows: against the "
-          "non-TVM runtimes); > 1 is faster")
+    print(tabulate.tabulate(table, headers=["model", "variant", "precision", "median ms", "min ms", "max ms",
+                                            "x eager", "x fastest other", "fastest other", "matches eager (error)"],
+                            floatfmt=("", "", "", ".3f", ".3f", ".3f", ".2f", ".2f", "", "")))
+    print(f"on {subtitle}; x fastest other: the fastest other runtime's median over this one's (TVM rows: against "
+          "the non-TVM runtimes), > 1 is faster; it may run in another precision (named beside it); error: the "
+          "largest difference from PyTorch eager in float32, relative to the output's scale")
     print(f"wrote {base}.csv, {base}.json and {base}.png")

@@ -18,7 +18,7 @@ import jsonschema
 
 from autotvm.checks import AutoTVMError, Validator, describe
 from autotvm.tuner.task_scheduler import STRATEGIES
-from autotvm.task.relax_integration import CONV_ALGORITHMS, CONV_LAYOUTS
+from autotvm.task.relax_integration import CONV_ALGORITHMS, CONV_LAYOUTS, PRECISIONS
 
 from .experiments import EXPERIMENTS
 from .models import HF_MODELS, MODEL_TYPES
@@ -87,8 +87,12 @@ SCHEMA: dict = {
             "type": "object", "additionalProperties": False,
             "properties": {"repeat": _with(_POSITIVE_INT, 10),
                            "number": _with({"oneOf": [{"type": "null"}, _POSITIVE_INT]}, None),
-                           "variants": _with({"type": "array", "items": {"enum": list(VARIANTS)}, "minItems": 1,
-                                              "uniqueItems": True}, list(VARIANTS)),
+                           # null: every variant that runs on the target's device
+                           "variants": _with({"oneOf": [{"type": "null"}, {
+                               "type": "array", "items": {"enum": list(VARIANTS)}, "minItems": 1,
+                               "uniqueItems": True}]}, None),
+                           "precision": _with({"enum": list(PRECISIONS)}, "float32"),
+                           "min_cosine": _with({"type": "number", "minimum": 0, "maximum": 1}, 0.999),
                            "profile": _with({"type": "boolean"}, False),
                            "rtol": _with({"type": "number", "exclusiveMinimum": 0}, 1e-3),
                            "atol": _with({"type": "number", "exclusiveMinimum": 0}, 1e-3)}}, {}),
@@ -199,11 +203,21 @@ def load_config(arg: str) -> Config:
             raise AutoTVMError(f"config key models.{spec['name']}.conv_algorithm: 'winograd' needs conv_layout "
                               "'NHWC' or 'auto', not 'NCHW'")
     _DefaultFillingValidator(SCHEMA).validate(data)
+    _check_precision(data)
     experiments = data["experiments"]
     check_tuner_variants(experiments["tuners"], experiments["tuner_options"], "experiments.tuners",
                          "experiments.tuner_options")
     _check_experiment_models(data)
     return Config.from_dict(data)
+
+
+def _check_precision(data: dict) -> None:
+    """float16 is for a GPU's tensor cores; on a CPU TVM has no fast float16 kernels to offer."""
+    precision, target = data["run_settings"]["precision"], data["target"]
+    kind = target if isinstance(target, str) else target.get("kind")
+    if precision == "float16" and kind != "cuda":
+        raise AutoTVMError(f"config key run_settings.precision: 'float16' needs a CUDA target (target is {kind!r}); "
+                           "on a CPU use 'float32'")
 
 
 def _check_experiment_models(data: dict) -> None:

@@ -32,16 +32,16 @@ from typing import Any, Callable
 import tabulate
 
 import autotvm
-from autotvm.env import runtime_threads, use_runtime_threads
+from autotvm.env import device_of, runtime_threads, use_runtime_threads
 from autotvm.record import best_by_workload, load_from_file
 
 from . import metaschedule, stats
 from .models import ModelSpec, build_model, model_tasks
 from .plots import latency_bars, latency_curves
-from .runtimes import Runtime, prepare, tvm_runtime
+from .runtimes import Placement, Runtime, prepare, tvm_runtime
 from .saved_runs import Result, SavedRuns
 from .settings import Config, TuningSettings, replace
-from .timing import compare_outputs, time_interleaved
+from .timing import accuracy, time_interleaved
 from .tuners import base_tuner
 from .tuning import ROUND_TRIALS, tune_model
 
@@ -59,8 +59,10 @@ class LoadedModel:
     tasks: list
     expected: list  # PyTorch eager's outputs, what every build is checked against
 
+    precision: str
+
     def build(self, target: Any, **kwargs: Any) -> Any:
-        return build_model(self.spec, self.mod, self.params, target, **kwargs)
+        return build_model(self.spec, self.mod, self.params, target, self.precision, **kwargs)
 
 
 class ModelExperiment(SavedRuns):
@@ -84,8 +86,8 @@ class ModelExperiment(SavedRuns):
     def time_build(self, loaded: LoadedModel, exe: Any) -> tuple[float, bool]:
         """(median ms over ``run_settings.repeat`` blocks, whether its outputs match PyTorch eager)."""
         run = self.config.run_settings
-        runtime = tvm_runtime("tvm", exe, self.target, loaded.model)
-        _, ok = compare_outputs(runtime.outputs(), loaded.expected, run.rtol, run.atol)
+        runtime = tvm_runtime("tvm", exe, self.target, loaded.model, loaded.precision)
+        ok = accuracy(runtime, loaded.expected, run)["matches_pytorch"]
         return time_interleaved([runtime], run.repeat, run.number)["tvm"]["median_ms"], ok
 
 
@@ -94,7 +96,7 @@ def model_tuners(config: Config, option: dict) -> Result:
     use_runtime_threads(exp.target)
     references: dict[str, dict[str, float]] = {}
     for name in config.experiments.models:
-        loaded = _load(config.model(name), exp.target)  # load_config checked the names
+        loaded = _load(config.model(name), exp.target, config.run_settings.precision)  # load_config checked the names
         untuned = loaded.build(exp.target)
         untuned_ms, _ = exp.time_build(loaded, untuned)
         for seed in exp.seeds:
@@ -104,9 +106,9 @@ def model_tuners(config: Config, option: dict) -> Result:
     return _finish(exp, references)
 
 
-def _load(spec: ModelSpec, target: Any) -> LoadedModel:
-    model, mod, params, tasks = model_tasks(spec, target)
-    return LoadedModel(spec, model, mod, params, tasks, model.torch_outputs())
+def _load(spec: ModelSpec, target: Any, precision: str) -> LoadedModel:
+    model, mod, params, tasks = model_tasks(spec, target, precision)
+    return LoadedModel(spec, model, mod, params, tasks, model.torch_outputs(), precision)
 
 
 def _tuned_run(exp: ModelExperiment, loaded: LoadedModel, label: str, seed: int, untuned: Any,
@@ -163,7 +165,7 @@ def _tune_metaschedule(exp: ModelExperiment, loaded: LoadedModel, label: str, se
     """MetaSchedule's ``tune_relax`` on the module our tasks come from, under the same budget,
     cap, rounds and measurement."""
     fused = autotvm.task.relax_integration.fused_program(loaded.mod, exp.target, loaded.params,
-                                                         **loaded.spec.conv_options())
+                                                         precision=loaded.precision, **loaded.spec.conv_options())
     return metaschedule.tune_model(fused, exp.target, where, exp.trials, ROUND_TRIALS, seed,
                                    exp.config.autotuner_settings, lambda **kwargs: loaded.build(exp.target, **kwargs))
 
@@ -184,12 +186,13 @@ def _time_finals(exp: ModelExperiment, loaded: LoadedModel, untuned: Any) -> dic
     the untuned build; each run gets ``latency_ms``. Returns the two references' medians."""
     name, run_settings = loaded.spec.name, exp.config.run_settings
     runs = [r for r in exp.runs if r["model"] == name]
-    runtimes: list[Runtime] = [prepare("pytorch-eager", loaded.model, runtime_threads(exp.target)),
-                               tvm_runtime("tvm-untuned", untuned, exp.target, loaded.model)]
+    where = Placement(device_of(exp.target), runtime_threads(exp.target), loaded.precision)
+    runtimes: list[Runtime] = [prepare("pytorch-eager", loaded.model, where),
+                               tvm_runtime("tvm-untuned", untuned, exp.target, loaded.model, loaded.precision)]
     for run in runs:
         key = (name, run["label"], run["seed"])
         exe = exp.finals[key] if key in exp.finals else _rebuild(exp, loaded, run)
-        runtimes.append(tvm_runtime(f"{run['label']}/{run['seed']}", exe, exp.target, loaded.model))
+        runtimes.append(tvm_runtime(f"{run['label']}/{run['seed']}", exe, exp.target, loaded.model, loaded.precision))
     print(f"== {name}: timing the final build of {len(runs)} runs with PyTorch eager and the untuned build, "
           f"{run_settings.repeat} interleaved rounds", flush=True)
     timings = time_interleaved(runtimes, run_settings.repeat, run_settings.number)

@@ -220,14 +220,18 @@ def load_program(spec: ModelSpec | dict) -> tuple[Model, Any, dict]:
     return model, mod, bound_params(mod, params)
 
 
-def model_tasks(spec: ModelSpec | dict, target: Any) -> tuple[Model, Any, dict, list]:
-    """(model, relax module, params by name, tasks) of a model spec."""
+def model_tasks(spec: ModelSpec | dict, target: Any, precision: str = "float32") -> tuple[Model, Any, dict, list]:
+    """(model, relax module, params by name, tasks) of a model spec in ``precision``."""
     spec = ModelSpec.of(spec)
     model, mod, named = load_program(spec)
-    return model, mod, named, autotvm.task.extract_from_program(mod, target, named, **spec.conv_options())
+    return model, mod, named, autotvm.task.extract_from_program(mod, target, named, precision=precision,
+                                                                **spec.conv_options())
 
 
-def build_model(spec: ModelSpec | dict, mod: Any, params: dict, target: Any, **kwargs: Any) -> Any:
-    """The model's Relax executable with the conv options it was tuned with (``kwargs``: more
-    options of ``autotvm.build_program``; the records of any active ``apply_history_best``)."""
-    return autotvm.build_program(mod, target, params, **ModelSpec.of(spec).conv_options(), **kwargs)
+def build_model(spec: ModelSpec | dict, mod: Any, params: dict, target: Any, precision: str = "float32",
+                **kwargs: Any) -> Any:
+    """The model's Relax executable with the conv options and precision it was tuned with
+    (``kwargs``: more options of ``autotvm.build_program``; the records of any active
+    ``apply_history_best`` apply)."""
+    return autotvm.build_program(mod, target, params, precision=precision, **ModelSpec.of(spec).conv_options(),
+                                 **kwargs)

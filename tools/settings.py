@@ -71,7 +71,9 @@ class RunSettings:
 
     repeat: int
     number: int | None
-    variants: tuple[str, ...]
+    variants: tuple[str, ...] | None  # None: every variant that runs on the target's device
+    precision: str
+    min_cosine: float
     profile: bool
     rtol: float
     atol: float
@@ -117,7 +119,8 @@ class Config:
         """Settings from a config that the schema has validated and filled with its defaults."""
         tuning = dict(data["autotuner_settings"])
         tuning["rpc"] = RPCSettings(**tuning["rpc"]) if tuning.get("rpc") else None
-        run = dict(data["run_settings"], variants=tuple(data["run_settings"]["variants"]))
+        variants = data["run_settings"]["variants"]
+        run = dict(data["run_settings"], variants=tuple(variants) if variants is not None else None)
         exp = {key: tuple(value) if isinstance(value, list) else value for key, value in data["experiments"].items()}
         return cls(models=tuple(ModelSpec(**spec) for spec in data["models"]), target=data["target"],
                    autotuner_settings=TuningSettings(**tuning), run_settings=RunSettings(**run),

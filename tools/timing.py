@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -60,13 +61,21 @@ def _stats(seconds: list[float]) -> dict:
             "rounds": len(ms)}
 
 
-def profile_tvm(exe: Any, target: Any, model: Any, runs: int = 5) -> str:
-    """Per-function time breakdown (CSV: name, calls, total ms per run, share, hot ms per run),
-    timed through the VM's instrumentation hook around every call it makes.
+@dataclass
+class FunctionTime:
+    """One function of a build, per model run: how often it is called, its time inside the
+    model, and its time called again at once (operands in cache; ``None`` for VM builtins)."""
 
-    ``hot_ms``: each kernel called again at once with the same arguments, its operands still in
-    cache. What ``total_ms`` has above it is the time the kernel spends fetching its inputs and
-    weights from memory inside the model. VM builtins are not called twice (their column is empty)."""
+    calls: float
+    ms: float
+    hot_ms: float | None
+
+
+def function_times(exe: Any, target: Any, model: Any, runs: int = 5) -> dict[str, FunctionTime]:
+    """Each function's time in a build, per model run, through the VM's instrumentation hook
+    around every call it makes. ``hot_ms``: each kernel called again at once with the same
+    arguments; what ``ms`` has above it is the time the kernel spends fetching its inputs and
+    weights from memory inside the model. VM builtins are not called twice."""
     import tvm
 
     from tvm import relax
@@ -96,12 +105,42 @@ def profile_tvm(exe: Any, target: Any, model: Any, runs: int = 5) -> str:
     args = [tvm.runtime.tensor(t.numpy(), dev) for t in model.inputs]
     for _ in range(runs):
         vm["main"](*args)
-    grand = sum(v[1] for v in totals.values()) or 1.0
+    return {name: FunctionTime(calls / runs, 1e3 * secs / runs, None if hot is None else 1e3 * hot / runs)
+            for name, (calls, secs, hot) in totals.items()}
+
+
+def format_profile(times: dict[str, FunctionTime]) -> str:
+    """``function_times`` as CSV (name, calls per run, ms per run, share, hot ms per run), the
+    slowest first."""
+    grand = sum(t.ms for t in times.values()) or 1.0
     lines = ["name,calls,total_ms,share,hot_ms"]
-    for name, (calls, secs, hot) in sorted(totals.items(), key=lambda kv: -kv[1][1]):
-        hot_ms = "" if hot is None else f"{1e3 * hot / runs:.4f}"
-        lines.append(f"{name},{calls},{1e3 * secs / runs:.4f},{secs / grand:.4f},{hot_ms}")
+    for name, t in sorted(times.items(), key=lambda kv: -kv[1].ms):
+        hot_ms = "" if t.hot_ms is None else f"{t.hot_ms:.4f}"
+        lines.append(f"{name},{t.calls:g},{t.ms:.4f},{t.ms / grand:.4f},{hot_ms}")
     return "\n".join(lines) + "\n"
+
+
+SLOWER_THAN_RECORDS = 2.0  # a function this many times slower in the model than its record is reported
+RECORDS_NOISE_MS = 0.05  # ... when it also costs this much more per run (the profile's own overhead per call)
+
+
+def slower_than_records(times: dict[str, FunctionTime], records: Any) -> list[tuple[str, float, float]]:
+    """The functions of a tuned build that run more than ``SLOWER_THAN_RECORDS`` times slower in
+    the model than the records it was built from say (calls x the fastest record's cost): records
+    from another machine, damaged or edited ones. (name, measured ms, predicted ms) per run, the
+    costliest first. Each kernel is judged by its time called again at once (``hot_ms``), the
+    way it was measured while tuning."""
+    from autotvm.record import best_by_workload, load_records
+
+    best = {group[0][0].task.name: group[0][1].mean_cost for group in best_by_workload(load_records(records)).values()}
+    slow = []
+    for symbol, t in times.items():
+        name = symbol.removesuffix("_prepacked")  # the build's name for a kernel whose weights are pre-laid-out
+        if name in best and t.hot_ms is not None:
+            predicted = 1e3 * t.calls * best[name]
+            if t.hot_ms > SLOWER_THAN_RECORDS * predicted and t.hot_ms - predicted > RECORDS_NOISE_MS:
+                slow.append((symbol, t.hot_ms, predicted))
+    return sorted(slow, key=lambda item: item[2] - item[1])
 
 
 def compare_outputs(got: list[np.ndarray], expected: list[np.ndarray], rtol: float,
@@ -127,9 +166,34 @@ def compare_outputs(got: list[np.ndarray], expected: list[np.ndarray], rtol: flo
     return worst, ok
 
 
+def cosine(got: list[np.ndarray], expected: list[np.ndarray]) -> float:
+    """The smallest cosine similarity between an output and its expected value (1: the same
+    direction), the accuracy measure of reduced-precision builds (embeddings, logits)."""
+    worst = 1.0
+    for g, e in zip(got, expected):
+        g, e = np.ravel(np.asarray(g, np.float64)), np.ravel(np.asarray(e, np.float64))
+        norms = float(np.linalg.norm(g) * np.linalg.norm(e))
+        if g.shape == e.shape and g.size and norms > 0:
+            worst = min(worst, float(np.dot(g, e)) / norms)
+        elif g.shape != e.shape:
+            return 0.0
+    return worst
+
+
+def accuracy(runtime: Runtime, expected: list, run: Any) -> dict:
+    """How close a runtime's outputs are to PyTorch eager's in float32: the largest error relative
+    to the output's scale, the smallest cosine similarity, and whether they match: within ``rtol``
+    and ``atol`` for a float32 runtime, at least ``min_cosine`` for a reduced-precision one."""
+    got = runtime.outputs()
+    error, within = compare_outputs(got, expected, run.rtol, run.atol)
+    similarity = cosine(got, expected)
+    ok = within if runtime.precision == "float32" else similarity >= run.min_cosine
+    return {"max_rel_error": error, "cosine": similarity, "matches_pytorch": ok}
+
+
 def profile_pytorch(model: Any, threads: int, runs: int = 10, rows: int = 25) -> str:
     """PyTorch eager's own profile (``torch.profiler``), grouped by input shape: its operators'
-    time per call, to set beside a TVM build's ``profile_tvm``."""
+    time per call, to set beside a TVM build's ``function_times``."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -146,8 +210,9 @@ def profile_pytorch(model: Any, threads: int, runs: int = 10, rows: int = 25) ->
 
 def profile_openvino(model: Any, threads: int, runs: int = 10, rows: int = 25) -> str:
     """OpenVINO's performance counters summed per layer type (ms per inference, with the kernels
-    it chose), compiled as the benchmark's ``openvino`` variant."""
-    request = openvino_model(model, threads, {"PERF_COUNT": "YES"}).create_infer_request()
+    it chose and their precision), compiled as the benchmark's ``openvino`` variant (its default
+    precision)."""
+    request = openvino_model(model, threads, None, {"PERF_COUNT": "YES"}).create_infer_request()
     inputs = [x.numpy() for x in model.inputs]
     for _ in range(5):
         request.infer(inputs)

@@ -24,7 +24,7 @@ def tune_models(config: Config) -> list[dict]:
     option = settings.measure_option()
     summary = []
     for spec in config.models:
-        _, _, _, tasks = model_tasks(spec, target)
+        _, _, _, tasks = model_tasks(spec, target, config.run_settings.precision)
         summary += tune_model(spec.name, tasks, settings, option)
     print(format_summary(summary))
     for spec in config.models:

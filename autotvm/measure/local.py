@@ -8,6 +8,7 @@ its worker, which is restarted on the next job.
 from __future__ import annotations
 
 import atexit
+import errno
 import logging
 import os
 import shutil
@@ -23,7 +24,7 @@ from ..checks import AutoTVMError, check, check_int, check_number, integer, text
 from ..env import device_exists, device_of, runtime_threads
 from ..task.space import InstantiationError
 from . import workers
-from .measure import BuildResult, MeasureErrorNo, MeasureInput, MeasureResult, failed
+from .measure import BuildResult, MeasureErrorNo, MeasureInput, MeasureResult, failed, full_disk_error
 
 logger = logging.getLogger("autotvm")
 WATCH_S = 0.5  # how often an RPCRunner asks the tracker, during a batch, whether its server is still there
@@ -36,12 +37,13 @@ def _first_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {lines[-1] if lines else ''}"[:2000]
 
 
-def _pool(n_workers: int, timeout: float | None, max_uses: int, initializer: Any = workers.ignore_sigint,
+def _pool(n_workers: int, timeout: float | None, max_uses: int, initializer: Any = workers.init_builder,
           initargs: tuple = ()) -> PopenPoolExecutor:
     """Workers ignore Ctrl-C: the tuning process handles it, so a worker never dies half-way
-    through a job and turns an interruption into a (false) failed measurement."""
+    through a job and turns an interruption into a (false) failed measurement. They die with the
+    tuning process (its pid is the initializer's last argument), even when it is killed."""
     return PopenPoolExecutor(max_workers=n_workers, timeout=timeout, maximum_process_uses=max_uses,
-                             initializer=initializer, initargs=initargs)
+                             initializer=initializer, initargs=(*initargs, os.getpid()))
 
 
 class LocalBuilder:
@@ -60,6 +62,7 @@ class LocalBuilder:
         self.remove_layout_rewrite = remove_layout_rewrite
         self.max_worker_uses = max_worker_uses
         self.build_dir = tempfile.mkdtemp(prefix="autotvm-build-")
+        self._largest = 0  # bytes of the largest library built so far
         self._executor: PopenPoolExecutor | None = None
         atexit.register(self.close)
 
@@ -98,6 +101,7 @@ class LocalBuilder:
     def _collect(self, future: Any, inp: MeasureInput, instantiate_cost: float) -> BuildResult:
         try:
             path, arg_info, check_path, check_info, seconds = future.result()
+            self._largest = max(self._largest, os.path.getsize(path))
             return BuildResult(path, arg_info, MeasureErrorNo.NO_ERROR, "", instantiate_cost + seconds,
                                check_path and (check_path, check_info))
         except TimeoutError:
@@ -106,6 +110,25 @@ class LocalBuilder:
         except Exception as err:  # compile errors arrive as exceptions from the worker
             code = MeasureErrorNo.COMPILE_DEVICE if device_of(inp.task.target) == "cuda" else MeasureErrorNo.COMPILE_HOST
             return BuildResult(None, None, code, _first_line(err), instantiate_cost)
+
+    def check_disk(self) -> None:
+        """Stop with the full-disk error if a file of a build's size cannot be written where builds
+        go (a full disk or a file-size limit kills a build worker without a word to say why)."""
+        probe = os.path.join(self.build_dir, ".disk-probe")
+        try:
+            with open(probe, "wb") as handle:
+                handle.write(bytes(max(2 * self._largest, 1 << 20)))
+                handle.flush()
+                os.fsync(handle.fileno())
+        except OSError as err:
+            if err.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+                raise full_disk_error() from None
+            raise
+        finally:
+            try:
+                os.remove(probe)
+            except OSError:
+                pass
 
     def close(self) -> None:
         if self._executor is not None:
@@ -151,10 +174,9 @@ class LocalRunner:
 
     # -- infrastructure faults: failures of the measuring machinery, not of the config
     def infrastructure_fault(self, result: MeasureResult) -> bool:
-        """The worker process running the config died (killed from outside, out of memory): the
-        config is measured again rather than recorded as a crash (``MeasureBatch``)."""
-        return result.error_no == MeasureErrorNo.RUNTIME_DEVICE and result.error_message.startswith(
-            "ChildProcessError")
+        """A failure this runner knows to be its machinery's, beyond a worker that died (which
+        ``MeasureBatch`` recognises itself): none for a local runner."""
+        return False
 
     def wait_until_ready(self) -> None:
         """Block until the device can measure again (a local pool replaces a dead worker itself)."""
@@ -286,8 +308,6 @@ class RPCRunner(LocalRunner):
     def infrastructure_fault(self, result: MeasureResult) -> bool:
         """A run that failed or timed out while the tracker had no server for the key (or could not
         be reached) failed because the server went away, whatever the config."""
-        if super().infrastructure_fault(result):
-            return True
         return result.error_no in (MeasureErrorNo.RUN_TIMEOUT, MeasureErrorNo.RUNTIME_DEVICE) and (
             getattr(self, "_lost_in_batch", False) or not self._ready())
 

@@ -82,9 +82,12 @@ REMEASURE_ATTEMPTS = 2
 class MeasureBatch:
     """Build a batch of configs in parallel, then run each on the device, one at a time.
 
-    Runs never overlap builds, so builds cannot disturb the timings. A trial the runner reports
-    as lost to an infrastructure fault (``runner.infrastructure_fault``) is not a result of its
-    config: the runner waits until it can measure again and the trial is measured again.
+    Runs never overlap builds, so builds cannot disturb the timings. A trial lost to the measuring
+    machinery (``infrastructure_failure``: a build or run worker that died, killed from outside
+    or out of memory; or what the runner reports, such as an RPC server gone) is not a result of
+    its config: the disk is checked (a full one stops the tune before anything fake is logged),
+    the runner waits until it can measure again, and the trial is measured again. A config that
+    kills its worker every time is then recorded as the crash it is.
     """
 
     def __init__(self, task: Any, option: dict) -> None:
@@ -94,19 +97,29 @@ class MeasureBatch:
         self.n_parallel = self.builder.n_parallel
         self.runner.set_task(task, self.builder)
 
+    def _lost(self, result: MeasureResult) -> bool:
+        return infrastructure_failure(result) or self.runner.infrastructure_fault(result)
+
     def __call__(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]:
         results = list(self._measure(inputs))
-        _stop_on_a_full_disk(results)
         for _ in range(REMEASURE_ATTEMPTS):
-            lost = [i for i, result in enumerate(results) if self.runner.infrastructure_fault(result)]
+            _stop_on_a_full_disk(results)
+            lost = [i for i, result in enumerate(results) if self._lost(result)]
             if not lost:
-                break
+                return results
+            if hasattr(self.builder, "check_disk"):
+                self.builder.check_disk()  # a worker killed by a file-size limit or a full disk: stop here
             logger.warning("%d trial%s of %s lost to the measuring machinery, not to the config (%s); measuring "
                            "again", len(lost), "" if len(lost) == 1 else "s", self.task.name,
                            results[lost[0]].error_message[:120])
             self.runner.wait_until_ready()
             for i, result in zip(lost, self._measure([inputs[i] for i in lost])):
                 results[i] = result
+        _stop_on_a_full_disk(results)
+        for i, result in enumerate(results):  # lost every time: the config's own doing
+            if self._lost(result):
+                results[i] = failed(MeasureErrorNo(result.error_no), f"measuring failed {REMEASURE_ATTEMPTS + 1} times "
+                                    f"in a row (last: {result.error_message})", result.all_cost)
         return results
 
     def _measure(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]:
@@ -115,6 +128,20 @@ class MeasureBatch:
 
 
 DISK_FULL = ("No space left on device", "File too large", "Disk quota exceeded")
+# how a failure of the machinery reads: a worker process that died (PopenPoolExecutor's words)
+WORKER_DIED = "ChildProcessError"
+
+
+def infrastructure_failure(result: MeasureResult) -> bool:
+    """Whether a failed result says nothing of its config: the build or run worker died, or the
+    disk was full. Such records, from older logs, are measured again on resume."""
+    message = result.error_message
+    return not result.ok and (message.startswith(WORKER_DIED) or any(words in message for words in DISK_FULL))
+
+
+def full_disk_error() -> AutoTVMError:
+    return AutoTVMError("the disk is full (a build or run could not write its files): every trial measured so far "
+                        "is in the log; free space and run the same command again to resume")
 
 
 def _stop_on_a_full_disk(results: Sequence[MeasureResult]) -> None:
@@ -122,8 +149,7 @@ def _stop_on_a_full_disk(results: Sequence[MeasureResult]) -> None:
     before such failures reach the log and the tuner."""
     for result in results:
         if not result.ok and any(words in result.error_message for words in DISK_FULL):
-            raise AutoTVMError("the disk is full (a build or run could not write its files): every trial measured "
-                               "so far is in the log; free space and run the same command again to resume")
+            raise full_disk_error()
 
 
 def create_measure_batch(task: Any, option: dict) -> MeasureBatch:

@@ -17,17 +17,33 @@ import numpy as np
 _REFERENCE_OUTPUTS: dict[str, list] = {}
 
 
-def ignore_sigint() -> None:
-    """Worker initializer: leave Ctrl-C to the tuning process."""
+def init_builder(parent: int) -> None:
+    """Build worker initializer: Ctrl-C is the tuning process's, and the worker dies with it."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with(parent)
 
 
-def init_runner(threads: int | None) -> None:
-    """Runner worker initializer: Ctrl-C is the tuning process's, and kernels are timed with the
-    threads the tuned program will run with (``env.use_runtime_threads``)."""
-    ignore_sigint()
+def die_with(parent: int) -> None:
+    """End this worker when the tuning process ``parent`` ends, even by kill -9 (Linux's
+    parent-death signal); a worker whose parent is already gone ends at once."""
+    import ctypes
+    import signal
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: the signal comes when the parent ends
+    except (OSError, AttributeError):  # not Linux: the worker ends when its pipe closes
+        return
+    if os.getppid() != parent:  # the parent ended before the signal was armed
+        os._exit(1)
+
+
+def init_runner(threads: int | None, parent: int) -> None:
+    """Runner worker initializer: as ``init_builder``, and kernels are timed with the threads the
+    tuned program will run with (``env.use_runtime_threads``)."""
+    init_builder(parent)
     if threads is not None:
         from ..env import use_runtime_threads
 
@@ -42,10 +58,49 @@ def _compile(mod: Any, target: Any, out_dir: str, suffix: str) -> str:
     import tvm
 
     lib = tvm.compile(mod, target=target)
+    if target.kind.name == "cuda" and not tvm.cuda(0).exist:
+        check_cuda_kernels(lib, target)
     fd, path = tempfile.mkstemp(suffix=suffix + ".so", dir=out_dir)
     os.close(fd)
     lib.export_library(path)
     return path
+
+
+def find_nvcc() -> str | None:
+    """nvcc on the PATH, or from the ``nvidia-cuda-nvcc`` wheel (the project's extra ``cuda``)."""
+    import shutil
+
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    try:
+        import nvidia.cuda_nvcc  # the wheel's package: bin/nvcc beside it
+    except ImportError:
+        return None
+    for root in getattr(nvidia.cuda_nvcc, "__path__", []):
+        candidate = os.path.join(root, "bin", "nvcc")
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def check_cuda_kernels(lib: Any, target: Any) -> None:
+    """Compile a CUDA build's kernels with nvcc (where it is installed) for the target's
+    architecture. Without a GPU, TVM keeps them as CUDA source, which no compiler reads until a
+    GPU loads them: this is what catches, on the machine that builds, a kernel nvcc refuses."""
+    nvcc = find_nvcc()
+    if nvcc is None:
+        return
+    from tvm.support import nvcc as tvm_nvcc
+
+    os.environ["PATH"] = os.path.dirname(nvcc) + os.pathsep + os.environ.get("PATH", "")
+    for module in lib.mod.imports:
+        if module.kind != "cuda":
+            continue
+        source = module.inspect_source("cuda")
+        if source:
+            with target:
+                tvm_nvcc.compile_cuda(source, target_format="cubin", compiler="nvcc")
 
 
 def build_artifact(mod: Any, target: Any, out_dir: str, remove_layout_rewrite: bool, check: bool) -> tuple:

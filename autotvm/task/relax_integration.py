@@ -23,10 +23,12 @@ from .winograd import winograd_conv2d
 
 CONV_LAYOUTS = ("auto", "NHWC", "NCHW")
 CONV_ALGORITHMS = ("direct", "winograd")
+# what the model computes in: float16 is for GPUs (tensor cores)
+PRECISIONS = ("float32", "float16")
 
 
 def prepare_program(mod: tvm.IRModule, params: dict | None = None, conv_layout: str = "auto",
-                    conv_algorithm: str = "direct") -> tvm.IRModule:
+                    conv_algorithm: str = "direct", precision: str = "float32") -> tvm.IRModule:
     """Bind params, rewrite inference-only ops (batch norm becomes a scale and a shift that
     fold into constants and fuse into the preceding convolution) and set the layout of 2-D
     convolutions.
@@ -40,11 +42,19 @@ def prepare_program(mod: tvm.IRModule, params: dict | None = None, conv_layout: 
 
     ``conv_algorithm="winograd"`` computes NHWC 3x3 stride-1 convolutions with constant weights by
     Winograd (F(4x4, 3x3), or F(2x2, 3x3) on small maps: ``autotvm.task.winograd``), with the
-    weights transformed here, once; other convolutions stay direct."""
+    weights transformed here, once; other convolutions stay direct.
+
+    ``precision="float16"`` runs the model in half precision (Relax's ``ToMixedPrecision``):
+    matmuls and convolutions read and write float16, so on a GPU they run on its tensor cores,
+    and the constant weights are converted here, once. They accumulate in float16 too: TVM 0.27
+    generates no tensor-core kernel that accumulates in float32 (its code generation stops on a
+    buffer type mismatch), and one that does not use the tensor cores is no faster than float32.
+    The model's inputs and outputs stay float32."""
     from tvm import relax
 
     check("conv_layout", conv_layout, choice(CONV_LAYOUTS))
     check("conv_algorithm", conv_algorithm, choice(CONV_ALGORITHMS))
+    check("precision", precision, choice(PRECISIONS))
     if conv_algorithm == "winograd" and conv_layout == "NCHW":
         raise AutoTVMError("conv_algorithm 'winograd' needs conv_layout 'NHWC' or 'auto'")
     if params:
@@ -63,6 +73,9 @@ def prepare_program(mod: tvm.IRModule, params: dict | None = None, conv_layout: 
                    nhwc_pads, relax.transform.CanonicalizeBindings()]
         if conv_algorithm == "winograd":
             passes.append(winograd_conv2d)
+    if precision == "float16":
+        passes += [relax.transform.ConvertToDataflow(), relax.transform.ToMixedPrecision(out_dtype="float16"),
+                   relax.transform.FoldConstant()]  # the weights converted once
     with tvm.transform.PassContext(opt_level=3):
         return tvm.transform.Sequential(passes)(mod)
 
@@ -122,9 +135,45 @@ def fuse_program(mod: tvm.IRModule, target: Any) -> tvm.IRModule:
         relax.transform.FuseOps(),
         relax.transform.FuseTIR(),
         *([relax.transform.AttachAttrLayoutFreeBuffers()] if _weights_are_constants(mod) else []),
+        _without_unknown_schedule_rules,
     ])
     with target, tvm.transform.PassContext(opt_level=3):
         return seq(mod)
+
+
+@tvm.transform.module_pass(opt_level=0, name="WithoutUnknownScheduleRules")
+def _without_unknown_schedule_rules(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
+    """Drop a block's ``schedule_rule`` annotation where MetaSchedule has no such rule for the
+    target (legalized max pooling names ``meta_schedule.pool_max``, which no target registers):
+    MetaSchedule would warn on every design space and use its generic rules anyway. Tasks and
+    builds both see the functions without it."""
+    from tvm.s_tir import Schedule
+
+    target = tvm.target.Target.current()
+    for gvar, func in list(mod.functions_items()):
+        if not isinstance(func, tvm.tirx.PrimFunc) or "schedule_rule" not in func.script():
+            continue
+        sch = Schedule(func)
+        changed = False
+        for block in _blocks(sch, sch.get_sblock("root")):
+            rule = sch.get(block).annotations.get("schedule_rule")
+            if rule is None or str(rule) == "None":
+                continue
+            names = [f"s_tir.meta_schedule.{key}.{rule}" for key in target.keys]
+            if not any(tvm.get_global_func(name, allow_missing=True) for name in names):
+                sch.unannotate(block, "schedule_rule")
+                changed = True
+        if changed:
+            mod[gvar] = sch.mod["main"].with_attrs(func.attrs) if func.attrs else sch.mod["main"]
+    return mod
+
+
+def _blocks(sch: Any, parent: Any) -> list:
+    """Every block under ``parent``, depth first."""
+    found = []
+    for child in sch.get_child_blocks(parent):
+        found += [child, *_blocks(sch, child)]
+    return found
 
 
 def _fast_gelu(bb: Any, call: Any) -> Any:
@@ -142,17 +191,32 @@ def _fast_gelu(bb: Any, call: Any) -> Any:
 
 
 def extract_from_program(mod: tvm.IRModule, target: Any, params: dict | None = None,
-                         conv_layout: str = "auto", conv_algorithm: str = "direct") -> list[TraceTask]:
+                         conv_layout: str = "auto", conv_algorithm: str = "direct",
+                         precision: str = "float32") -> list[TraceTask]:
     """One ``TraceTask`` per distinct tunable PrimFunc of a Relax module, weighted by its call count.
 
     ``mod`` is a Relax IRModule, e.g. from ``tvm.relax.frontend.torch.from_exported_program``;
-    ``params`` (name -> tensor) are bound first, as ``compile_relax`` does; ``conv_layout`` and
-    ``conv_algorithm`` as in ``prepare_program`` (build with the same ones: the tasks, and so the
-    records, differ).
+    ``params`` (name -> tensor) are bound first, as ``compile_relax`` does; ``conv_layout``,
+    ``conv_algorithm`` and ``precision`` as in ``prepare_program`` (build with the same ones: the
+    tasks, and so the records, differ).
     """
+    check_program(mod, params)
     load_tensor_intrinsics()
     target = make_target(target)
-    return _tasks_of(fuse_program(prepare_program(mod, params, conv_layout, conv_algorithm), target), target)
+    return _tasks_of(fuse_program(prepare_program(mod, params, conv_layout, conv_algorithm, precision), target),
+                     target)
+
+
+def check_program(mod: Any, params: Any) -> None:
+    """A Relax module with a ``main`` function, and its parameters by name (or None)."""
+    from tvm import relax
+
+    if not isinstance(mod, tvm.IRModule) or not any(
+            g.name_hint == "main" and isinstance(f, relax.Function) for g, f in mod.functions_items()):
+        raise AutoTVMError(f"mod must be a Relax IRModule with a function 'main' (e.g. from "
+                           f"tvm.relax.frontend.torch.from_exported_program), got {type(mod).__name__}")
+    if params is not None and (not isinstance(params, dict) or not all(isinstance(k, str) for k in params)):
+        raise AutoTVMError(f"params must be a dict of parameter name -> tensor, or None, got {type(params).__name__}")
 
 
 def _tasks_of(fused: tvm.IRModule, target: tvm.target.Target) -> list[TraceTask]:
@@ -164,26 +228,27 @@ def _tasks_of(fused: tvm.IRModule, target: tvm.target.Target) -> list[TraceTask]
 
 
 def fused_program(mod: tvm.IRModule, target: Any, params: dict | None = None, conv_layout: str = "auto",
-                  conv_algorithm: str = "direct") -> tvm.IRModule:
+                  conv_algorithm: str = "direct", precision: str = "float32") -> tvm.IRModule:
     """The module as tuned and built: ``prepare_program`` then ``fuse_program``. MetaSchedule's own
     ``tune_relax`` on it tunes the same functions as ``extract_from_program``'s tasks."""
     target = make_target(target)
-    return fuse_program(prepare_program(mod, params, conv_layout, conv_algorithm), target)
+    return fuse_program(prepare_program(mod, params, conv_layout, conv_algorithm, precision), target)
 
 
 def build_program(mod: tvm.IRModule, target: Any, params: dict | None = None, conv_layout: str = "auto",
-                  conv_algorithm: str = "direct", database: Any = None) -> Any:
+                  conv_algorithm: str = "direct", database: Any = None, precision: str = "float32") -> Any:
     """Compile a Relax module, applying the best config of the current ``apply_history_best``.
 
     Returns a ``relax.VMExecutable``. Without a context (or records) this is TVM's default build.
-    ``conv_layout`` and ``conv_algorithm`` must be the ones the tasks were extracted with.
+    ``conv_layout``, ``conv_algorithm`` and ``precision`` must be the ones the tasks were extracted with.
     ``database``: a MetaSchedule database to build with instead (MetaSchedule's own tuning of
     ``fused_program``'s module), so both searches' results are built the same way.
     """
+    check_program(mod, params)
     load_tensor_intrinsics()
     target = make_target(target)
     # prepared and fused once: the task lookup and the build share it
-    fused = fused_program(mod, target, params, conv_layout, conv_algorithm)
+    fused = fused_program(mod, target, params, conv_layout, conv_algorithm, precision)
     return _compile_with_database(database if database is not None else _records_database(fused, target), fused,
                                   target)
 
@@ -235,13 +300,13 @@ def _compile_with_database(database: Any, fused: tvm.IRModule, target: tvm.targe
     from tvm.relax import pipeline as relax_pipeline
     from tvm.s_tir import dlight as dl
 
-    try:
-        late = [*relax_pipeline.dataflow_lower_passes(target), *relax_pipeline.finalize_passes(target)]
-    except AttributeError:  # TVM 0.27's CPU backend does not export its dataflow_lower_passes
-        from tvm.relax.backend.cpu_generic import pipeline as cpu_pipeline
-
-        late = [*cpu_pipeline.dataflow_lower_passes(target), *cpu_pipeline.finalize_passes(target)]
     gpu = relax_pipeline.BackendDispatcher.is_gpu_target(target)
+    # the backend's own lowering (TVM 0.27's backend packages do not export these passes at the top)
+    if gpu:
+        from tvm.relax.backend.cuda import pipeline as backend
+    else:
+        from tvm.relax.backend.cpu_generic import pipeline as backend
+    late = [*backend.dataflow_lower_passes(target), *backend.finalize_passes(target)]
 
     @tvm.transform.module_pass(opt_level=3)
     def pipeline(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
@@ -253,5 +318,9 @@ def _compile_with_database(database: Any, fused: tvm.IRModule, target: tvm.targe
                                           dl.gpu.GeneralReduction(), dl.gpu.Fallback())(mod)
         return tvm.transform.Sequential(late)(mod)
 
-    with target, database, tvm.transform.PassContext(opt_level=3):
+    # on a GPU the whole model is captured once as a CUDA graph and replayed as one launch
+    # (TVM's RewriteCUDAGraph, in the CUDA backend's finalize passes): a batch-1 model of a few
+    # dozen kernels is otherwise bound by the host's launches
+    config = {"relax.backend.use_cuda_graph": True} if gpu else {}
+    with target, database, tvm.transform.PassContext(opt_level=3, config=config):
         return relax.build(fused, target=target, relax_pipeline=pipeline)

@@ -166,9 +166,11 @@ class TemplateTask(Task):
 def create(name: str, args: Sequence[Any], target: Any = None) -> TemplateTask:
     """A task from a registered template, as ``autotvm.task.create`` did; without ``target``, the
     one of the enclosing ``with tvm.target.Target(...)`` scope."""
-    if name not in TEMPLATES:
+    if not isinstance(name, str) or name not in TEMPLATES:
         known = ", ".join(sorted(TEMPLATES)) or "none registered"
         raise AutoTVMError(f"unknown template {name!r}; registered templates: {known}")
+    if not isinstance(args, (tuple, list)):
+        raise AutoTVMError(f"args of template {name!r} must be a tuple of its arguments, got {args!r}")
     target = target if target is not None else _current_target()
     if target is None:
         raise AutoTVMError(f"autotvm.task.create({name!r}, ...) needs a target: pass target=... or call it inside "

@@ -21,6 +21,7 @@ import tvm
 from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import Trace
 
+from ..checks import AutoTVMError, check, integer, text
 from ..env import load_tensor_intrinsics, make_target
 from .space import ConfigEntity, ConfigSpace, InstantiationError, Knob, OtherOptionEntity, SplitEntity, factorizations
 from .task import Task, buffer_signature
@@ -51,18 +52,34 @@ def _normalise(func_or_mod: Any) -> tvm.IRModule:
     return tvm.IRModule({"main": func_or_mod.with_attr("global_symbol", "main")})
 
 
+def rules_kind(mod: tvm.IRModule, target: tvm.target.Target) -> str | None:
+    """The set of MetaSchedule rules a task's design space comes from: ``cuda-tensorcore`` for a
+    function that reads float16 on a GPU with tensor cores (sm_70 and newer), so that its sketches
+    compute on them (WMMA); None for the target's own set otherwise."""
+    if target.kind.name != "cuda":
+        return None
+    arch = str(target.attrs.get("arch", "sm_50"))
+    digits = "".join(ch for ch in arch[3:] if ch.isdigit())
+    if not digits or int(digits) < 70:
+        return None
+    return "cuda-tensorcore" if any(dtype == "float16" for _, _, dtype in buffer_signature(mod)) else None
+
+
 def _tune_context(mod: tvm.IRModule, target: tvm.target.Target) -> Any:
     load_tensor_intrinsics()
     from tvm.s_tir import meta_schedule as ms
 
-    return ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply",
-                          task_name="main", num_threads=1)
+    kind = rules_kind(mod, target)
+    generator = "post-order-apply" if kind is None else ms.space_generator.PostOrderApply(
+        sch_rules=kind, postprocs=kind, mutator_probs=kind)
+    return ms.TuneContext(mod=mod, target=target, space_generator=generator, task_name="main", num_threads=1)
 
 
 def _design_space_traces(mod: tvm.IRModule, target: tvm.target.Target, ctx: Any) -> list[Trace]:
     """The sketches of ``mod`` for ``target``, simplified; cached on disk as trace JSON. A cache
     that cannot be read or written (a full disk, a read-only home) only costs the regeneration."""
-    key = hashlib.sha256((mod.script() + json.dumps(str(target)) + tvm.__version__).encode()).hexdigest()[:32]
+    rules = rules_kind(mod, target) or ""
+    key = hashlib.sha256((mod.script() + json.dumps(str(target)) + tvm.__version__ + rules).encode()).hexdigest()[:32]
     cached = _cache_call(lambda cache: cache.get(key))
     if cached is not None:
         try:
@@ -259,4 +276,18 @@ def create_from_primfunc(func: Any, target: Any, name: str = "main", weight: int
     ``func`` is a ``tvm.tirx.PrimFunc`` (e.g. from ``te.create_prim_func``) or an IRModule with
     one PrimFunc. No template is needed.
     """
+    funcs = list(func.functions.values()) if isinstance(func, tvm.IRModule) else [func]
+    if len(funcs) != 1 or not isinstance(funcs[0], tvm.tirx.PrimFunc):
+        raise AutoTVMError(f"func must be a TIR PrimFunc (e.g. from te.create_prim_func) or an IRModule holding "
+                           f"exactly one, got {_what(func)}")
+    check("name", name, text())
+    check("weight", weight, integer(1))
     return TraceTask(name, func, target, weight)
+
+
+def _what(value: Any) -> str:
+    """A value in a few words for an error message."""
+    if isinstance(value, tvm.IRModule):
+        return f"an IRModule of {len(value.functions)} functions ({', '.join(type(f).__name__ for f in value.functions.values())})"
+    text_ = repr(value)
+    return f"{type(value).__name__} {text_[:60]}{'...' if len(text_) > 60 else ''}"

@@ -13,7 +13,8 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from ..checks import AutoTVMError, check, check_options, check_seed, integer
-from ..measure.measure import MeasureErrorNo, MeasureInput, MeasureResult, create_measure_batch, failed
+from ..measure.measure import (MeasureErrorNo, MeasureInput, MeasureResult, create_measure_batch, failed,
+                               infrastructure_failure)
 from ..record import StaleRecords, bind_record, load_records, workload_key
 
 logger = logging.getLogger("autotvm")
@@ -134,16 +135,20 @@ class Tuner:
     def load_history(self, records: Any, min_seed_records: int = 500) -> int:
         """Take this task's past records: mark them visited, keep the best, learn from them.
 
-        Returns how many records matched. Tuning afterwards never re-measures them.
+        Returns how many configs they measured. Tuning afterwards never re-measures them, except
+        those whose record is a failure of the measuring machinery (a worker killed, a full disk:
+        ``infrastructure_failure``), which are measured again. A record whose cost is faster than
+        the target could run is skipped with one warning per log, and so is a second record of a
+        config (the first is kept).
         """
         inputs, results = [], []
         key = workload_key(self.task)
         stale = StaleRecords()
         for inp, res in load_records(records):
-            if workload_key(inp.task) != key:
+            if workload_key(inp.task) != key or infrastructure_failure(res):
                 continue
-            cfg = bind_record(inp.config, self.task, stale)
-            if cfg is None:
+            cfg = bind_record(inp.config, self.task, stale, res)
+            if cfg is None or cfg.index in self.visited:
                 continue
             self.visited.add(cfg.index)
             inputs.append(MeasureInput(self.task.target, self.task, cfg))
