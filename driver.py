@@ -25,7 +25,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("-m", "--method", required=True, help=f"one of: {', '.join(METHODS)}")
     parser.add_argument("-c", "--config", default=DEFAULT_CONFIG,
                         help="a JSON file or inline JSON (default: config-example.json)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override one key of the config, e.g. run_settings.precision=float16 (VALUE is JSON, "
+                             "or a string); repeat for more")
     args = parser.parse_args(argv)
+    for item in args.set:
+        if "=" not in item or not item.split("=", 1)[0]:
+            parser.error(f"--set takes KEY=VALUE (a dotted config key such as run_settings.precision), got {item!r}")
     if args.method not in METHODS:
         parser.error(f"unknown method {args.method!r}; allowed: {', '.join(METHODS)}")
     return args
@@ -37,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     from tools.config import load_config  # imports TVM: after the arguments are known to be sane
 
     try:
-        config = load_config(args.config)
+        config = load_config(args.config, args.set)
         if args.method in ("tune", "benchmark") and not config.models:
             raise AutoTVMError(f"config key models: -m={args.method} needs at least one model")
         if args.method == "tune":

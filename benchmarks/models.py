@@ -58,7 +58,7 @@ def main() -> None:
             # the driver ran in this working directory: relative save paths are relative to it
             result = json.load(open(os.path.join(settings.get("save_path", "results"), f"{name}-benchmark.json"),
                                     encoding="utf-8"))
-            device = result[0].get("device_name", device) if result else device
+            device = result[0].get("device", device) if result else device
             for model in config["models"]:
                 timed = {r["variant"]: r for r in result if r["model"] == model["name"]}
                 tuned = timed.get("tvm-tuned")

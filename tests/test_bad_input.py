@@ -88,3 +88,16 @@ def test_python_api_arguments_are_checked_where_they_enter(make, words, template
     with pytest.raises(ValueError) as err:
         make(template_task)
     assert words in _one_line(err)
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda: autotvm.task.create_from_primfunc("not a func", "llvm"), "func must be a TIR PrimFunc"),
+    (lambda: autotvm.task.create_from_primfunc(te.create_prim_func([te.placeholder((4,), name="a")]), "llvm",
+                                               name=""), "name must be a non-empty string"),
+    (lambda: autotvm.task.create("test/nope", 3, "llvm"), "unknown template 'test/nope'"),
+    (lambda: autotvm.task.extract_from_program("not a module", "llvm"), "mod must be a Relax IRModule"),
+])
+def test_the_task_entry_points_check_their_arguments(make, words):
+    with pytest.raises(AutoTVMError) as err:
+        make()
+    assert words in _one_line(err)

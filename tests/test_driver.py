@@ -283,6 +283,8 @@ def test_cuda_without_a_gpu_is_one_line_for_tune_and_benchmark(tmp_path):
     ({"models": [{"name": "x", "type": "op", "workload": "r3x3", "conv_layout": "NCHWc"}]}, ["NCHWc", "NHWC"]),
     ({"run_settings": {"precision": "float16"}}, ["run_settings.precision", "float16", "needs a CUDA target"]),
     ({"run_settings": {"precision": "int4"}}, ["run_settings.precision", "'int4'", "float32"]),
+    ({"target": {"kind": "llvm", "mcpu": "znver3"}, "run_settings": {"precision": "bfloat16"}},
+     ["run_settings.precision", "AVX512-BF16", "'znver3'"]),
 ])
 def test_bad_keys_in_process(override, words):
     """The same one-line errors, from the config loader itself (the driver prints them as above)."""
@@ -306,3 +308,13 @@ def test_throughput_experiment_times_the_tuners_against_metaschedule(tmp_path):
     assert all(int(r["trials"]) == 8 and float(r["trials_per_s"]) > 0 for r in rows)
     assert float(rows[0]["peak_rss_mib"]) > 100  # the tuning process and its workers
     assert "xgb" in (tmp_path / "t" / "throughput" / "ratios.txt").read_text()
+
+
+def test_set_overrides_keys_of_the_config_file(tmp_path):
+    path, _ = tiny_config(tmp_path)
+    result = driver("-m=tune", f"-c={path}", "--set", "autotuner_settings.trials=3", "--set",
+                    "autotuner_settings.save_name=set")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert len((tmp_path / "out" / "set-mm.json").read_text().splitlines()) == 3
+    _bad(driver("-m=tune", f"-c={path}", "--set", "autotuner_settings.trials=0"), "autotuner_settings.trials", ">= 1")
+    _bad(driver("-m=tune", f"-c={path}", "--set", "trials"), "--set takes KEY=VALUE")

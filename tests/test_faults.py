@@ -325,3 +325,20 @@ def test_no_worker_outlives_a_tune_killed_with_sigkill(tmp_path):
     proc.wait()
     _, alive = psutil.wait_procs(workers, timeout=10)
     assert not alive, [(p.pid, p.cmdline()) for p in alive]
+
+
+def test_older_logs_failures_of_the_machinery_are_measured_again_on_resume(tmp_path, matmul_task, measure_opt):
+    """A log written before worker deaths were recognised holds them as the configs' failures
+    (``ChildProcessError``, a full disk): on resume those configs are not taken as measured."""
+    log = tmp_path / "old.json"
+    RandomTuner(matmul_task, seed=6).tune(4, measure_opt, callbacks=[autotvm.callback.log_to_file(str(log))])
+    release_log(log)
+    rows = _records(log)
+    for row, message in zip(rows[:2], ("ChildProcessError: Subprocess terminated",
+                                        "OSError: [Errno 27] File too large")):
+        row["result"] = [[1e9], 2, 0.1, row["result"][3]]
+        row["error_msg"] = message
+    log.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    tuner = RandomTuner(matmul_task, seed=6)
+    assert tuner.load_history(str(log)) == 2
+    assert {row["config"]["index"] for row in rows[:2]}.isdisjoint(tuner.visited)

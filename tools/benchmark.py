@@ -46,7 +46,7 @@ def benchmark_models(config: Config) -> list[dict]:
                                                           else ""), flush=True)
     rows: list[dict] = []
     for spec in config.models:
-        rows += _benchmark_model(spec, config, target, where, out_dir)
+        rows += [dict(row, device=device) for row in _benchmark_model(spec, config, target, where, out_dir)]
     _write(rows, out_dir, settings.save_name, f"{device}, {run.precision}" + (
         f", {threads} threads per runtime" if where.device == "cpu" else ""))
     return rows
@@ -91,8 +91,8 @@ def _benchmark_model(spec: ModelSpec, config: Config, target: Any, where: Placem
         if stats["iqr_ratio"] > NOISY_IQR:
             print(f"WARNING: {spec.name} {rt.variant}: timing is noisy (rounds spread {100 * stats['iqr_ratio']:.0f}% "
                   f"of the median); close other programs or raise run_settings.repeat")
-        rows.append({"model": spec.name, "variant": rt.variant, "precision": rt.precision, "device": where.device,
-                     **stats, **checks[rt.variant]})
+        rows.append({"model": spec.name, "variant": rt.variant, "precision": rt.precision, **stats,
+                     **checks[rt.variant]})
     return rows
 
 

@@ -18,7 +18,8 @@ import jsonschema
 
 from autotvm.checks import AutoTVMError, Validator, describe
 from autotvm.tuner.task_scheduler import STRATEGIES
-from autotvm.task.relax_integration import CONV_ALGORITHMS, CONV_LAYOUTS, PRECISIONS
+from autotvm.env import make_target
+from autotvm.task.relax_integration import CONV_ALGORITHMS, CONV_LAYOUTS, PRECISIONS, check_precision
 
 from .experiments import EXPERIMENTS
 from .models import HF_MODELS, MODEL_TYPES
@@ -181,8 +182,9 @@ def parse_json(text: str, source: str) -> dict:
     return data
 
 
-def load_config(arg: str) -> Config:
-    """Read a config from a path or inline JSON, validate it, fill in the defaults and return it as settings."""
+def load_config(arg: str, overrides: list[str] = ()) -> Config:
+    """Read a config from a path or inline JSON, apply ``overrides`` (``KEY=VALUE``, a dotted key
+    and a JSON value or a string), validate it, fill in the defaults and return it as settings."""
     if arg.lstrip().startswith("{"):
         data = parse_json(arg, "the inline config")
     else:
@@ -190,6 +192,8 @@ def load_config(arg: str) -> Config:
             raise AutoTVMError(f"config file {arg!r} does not exist; pass a JSON file or inline JSON with -c")
         with open(arg, encoding="utf-8") as handle:
             data = parse_json(handle.read(), f"config file {arg!r}")
+    for item in overrides:
+        _override(data, item)
     validator = Validator(SCHEMA)
     errors = sorted(validator.iter_errors(data), key=lambda e: (len(list(e.absolute_path)), str(e.absolute_path)))
     if errors:
@@ -211,13 +215,43 @@ def load_config(arg: str) -> Config:
     return Config.from_dict(data)
 
 
+def _override(data: dict, item: str) -> None:
+    """Set the dotted key of ``KEY=VALUE`` in ``data`` (a list element by its index, e.g.
+    ``models.0.batch``); the value is JSON where it parses, else the string itself."""
+    key, _, text = item.partition("=")
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        value = text
+    *parents, last = key.split(".")
+    node: Any = data
+    for part in parents:
+        if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        elif isinstance(node, dict):
+            node = node.setdefault(part, {})
+        else:
+            raise AutoTVMError(f"--set {key}: {part!r} is not a key of the config there")
+    if isinstance(node, list) and last.isdigit() and int(last) < len(node):
+        node[int(last)] = value
+    elif isinstance(node, dict):
+        node[last] = value
+    else:
+        raise AutoTVMError(f"--set {key}: {last!r} is not a key of the config there")
+
+
 def _check_precision(data: dict) -> None:
     """float16 is for a GPU's tensor cores; on a CPU TVM has no fast float16 kernels to offer."""
     precision, target = data["run_settings"]["precision"], data["target"]
     kind = target if isinstance(target, str) else target.get("kind")
     if precision == "float16" and kind != "cuda":
         raise AutoTVMError(f"config key run_settings.precision: 'float16' needs a CUDA target (target is {kind!r}); "
-                           "on a CPU use 'float32'")
+                           "on a CPU use 'float32' (or 'bfloat16' where the CPU has AVX512-BF16)")
+    if precision == "bfloat16":
+        try:
+            check_precision(precision, make_target(target))
+        except AutoTVMError as err:
+            raise AutoTVMError(f"config key run_settings.precision: {err}") from None
 
 
 def _check_experiment_models(data: dict) -> None:

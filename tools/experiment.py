@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .experiments import EXPERIMENTS, format_throughput
+from .experiments import EXPERIMENTS, format_headroom, format_throughput
 from .model_tuners import format_model_table
 from .settings import Config
 from .stats import format_table
@@ -15,7 +15,8 @@ from .stats import format_table
 # the table printer and the plots of experiments whose outputs differ from the operator experiments'
 MODEL_OUTPUTS = {"model_tuners": (format_model_table, "curves.png, bars.png; table.csv: the table above; logs/: every "
                                                       "run's records"),
-                 "throughput": (format_throughput, "curves.png; summary.csv: the table above")}
+                 "throughput": (format_throughput, "curves.png; summary.csv: the table above"),
+                 "bf16_headroom": (format_headroom, "curves.png of the float32 tuning; summary.csv: the table above")}
 
 
 def run_experiments(config: Config) -> dict[str, Any]:

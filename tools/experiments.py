@@ -25,13 +25,20 @@ import tabulate
 
 from rl_tuner.gadqn_tuner import REWARDS
 
+import autotvm
+from autotvm.checks import AutoTVMError
+
 from . import metaschedule, stats
+from .headroom import headroom_runtimes
 from .model_tuners import model_tuners
 from .plots import hyperparameter_bars, monitor_plots, tuning_curves
 from .saved_runs import Result, SavedRuns
 from .settings import Config
 from .tuners import base_tuner
+from .stats import best_index_at
+from .timing import time_interleaved
 from .tuning import remeasure_bests, run_tuner
+from .workloads import workload
 
 
 class Experiment(SavedRuns):
@@ -241,9 +248,49 @@ def format_throughput(rows: list[dict]) -> str:
                                              "overhead", "best GFLOPS", "peak MiB"])
 
 
+def bf16_headroom(config: Config, option: dict) -> Result:
+    """What bfloat16 can give a matmul on this CPU, before any model uses it: for each matmul
+    workload, TVM in float32 tuned by GA-DQN (``experiments.trials``), TVM in bfloat16 with the
+    AVX512-BF16 micro-kernel (``autotvm.task.x86_bf16``, every tile that fits, the fastest kept),
+    OpenVINO's fully connected layer at its default precision and held to float32, and PyTorch's
+    ``linear`` in float32 and bfloat16, all on the target's cores, timed together in interleaved
+    rounds (``run_settings.repeat``). ``summary.csv``: each one's median ms and GFLOP/s, with
+    OpenVINO's own per-layer time beside its whole call."""
+    from autotvm.task import x86_bf16
+
+    target = autotvm.make_target(config.target)
+    if not x86_bf16.cpu_has_bf16(target):
+        raise AutoTVMError(f"bf16_headroom needs a CPU with AVX512-BF16; {target.attrs.get('mcpu', 'this CPU')!r} has none")
+    exp = Experiment("bf16_headroom", config, option)
+    threads = autotvm.runtime_threads(target)
+    autotvm.use_runtime_threads(threads)
+    rows = []
+    for op in exp.workloads:
+        work = workload(op)
+        if work.kind != "matmul":
+            raise AutoTVMError(f"experiments.workloads: bf16_headroom times matmuls; {op!r} is a {work.kind}")
+        m, k, n = work.shape["n"], work.shape["k"], work.shape["m"]
+        run = exp.tuner_run(op, "ga-dqn", 0, "ga-dqn")
+        runtimes, notes = headroom_runtimes(op, m, k, n, best_index_at(run), target, threads)
+        timings = time_interleaved(runtimes, config.run_settings.repeat, config.run_settings.number)
+        flop = 2.0 * m * k * n
+        for rt in runtimes:
+            median = timings[rt.variant]["median_ms"]
+            rows.append({"op": op, "variant": rt.variant, "precision": rt.precision, "median_ms": median,
+                         "gflops": flop / median / 1e6, "note": notes.get(rt.variant, "")})
+    exp.write_csv("summary.csv", rows)
+    return rows, []
+
+
+def format_headroom(rows: list[dict]) -> str:
+    return tabulate.tabulate([[r["op"], r["variant"], r["precision"], f"{r['median_ms']:.4f}", f"{r['gflops']:.0f}",
+                               r["note"]] for r in rows],
+                             headers=["op", "variant", "precision", "median ms", "GFLOP/s", ""])
+
+
 # name -> the experiment; the config's ``experiments.names`` takes these
 EXPERIMENTS: dict[str, Callable[[Config, dict], Result]] = {
     "compare_tuners": compare_tuners, "compare_gadqn_ga": compare_gadqn_ga, "compare_reward": compare_reward,
     "ablation": ablation, "trial_hyperparameters": trial_hyperparameters, "gadqn_monitor": gadqn_monitor,
-    "model_tuners": model_tuners, "throughput": throughput,
+    "model_tuners": model_tuners, "throughput": throughput, "bf16_headroom": bf16_headroom,
 }

