@@ -12,7 +12,7 @@ import numpy as np
 from autotvm.measure.workers import random_inputs
 
 from .models import Model
-from .runtimes import Runtime, openvino_model
+from .runtimes import Runtime, openvino_model, openvino_precision
 from .workloads import workload_task
 
 _QUICK = {"number": 20, "repeat": 3}  # the timing that picks the micro-kernel's tile
@@ -92,8 +92,6 @@ def _tvm_bfloat16(a: np.ndarray, b: np.ndarray, target: Any) -> tuple[Runtime, s
 def _openvino(model: Model, threads: int, precision: str | None) -> tuple[Runtime, str]:
     """OpenVINO on the one-layer model, and its fully connected layer's own time per call."""
     compiled = openvino_model(model, threads, precision, {"PERF_COUNT": "YES"})
-    hint = compiled.get_property("INFERENCE_PRECISION_HINT")
-    chosen = hint.get_type_name() if hasattr(hint, "get_type_name") else str(hint)
     request = compiled.create_infer_request()
     inputs = [x.numpy() for x in model.inputs]
     for _ in range(20):
@@ -106,5 +104,5 @@ def _openvino(model: Model, threads: int, precision: str | None) -> tuple[Runtim
     kernels = sorted({layer.exec_type for layer in request.get_profiling_info() if layer.node_type == "FullyConnected"})
     runtime = Runtime(model.name, lambda: request.infer(inputs), lambda: [np.array(v, np.float32) for v in
                                                                           request.infer(inputs).values()],
-                      {"f32": "float32", "bf16": "bfloat16"}.get(chosen, chosen))
+                      openvino_precision(compiled))
     return runtime, f"its FullyConnected layer alone: {np.median(layer_ms):.4f} ms ({', '.join(kernels)})"

@@ -176,8 +176,6 @@ def _openvino(model: Any, where: Placement, precision: str | None) -> Runtime:
     if where.device != "cpu":
         raise RuntimeUnavailable("OpenVINO runs on CPUs and Intel GPUs, not on this NVIDIA GPU")
     compiled = openvino_model(model, where.threads, precision)
-    hint = compiled.get_property("INFERENCE_PRECISION_HINT")  # what it runs in: f32, bf16, f16
-    chosen = hint.get_type_name() if hasattr(hint, "get_type_name") else str(hint)
     request = compiled.create_infer_request()
     inputs = [x.numpy() for x in model.inputs]
 
@@ -185,8 +183,14 @@ def _openvino(model: Any, where: Placement, precision: str | None) -> Runtime:
         return request.infer(inputs)
 
     return Runtime("openvino" if precision is None else "openvino-f32", call,
-                   lambda: [np.array(v, np.float32) for v in call().values()],
-                   {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}.get(chosen, chosen))
+                   lambda: [np.array(v, np.float32) for v in call().values()], openvino_precision(compiled))
+
+
+def openvino_precision(compiled: Any) -> str:
+    """What a compiled OpenVINO model computes in (its inference precision: float32, bfloat16, ...)."""
+    hint = compiled.get_property("INFERENCE_PRECISION_HINT")
+    short = hint.get_type_name() if hasattr(hint, "get_type_name") else str(hint)
+    return {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}.get(short, short)
 
 
 def tvm_runtime(variant: str, exe: Any, target: Any, model: Any, precision: str = "float32") -> Runtime:
