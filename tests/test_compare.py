@@ -3,8 +3,7 @@
 import numpy as np
 import pytest
 
-from tools.stats import (MIN_SEEDS, format_table, geomean_ratio, geomean_ratio_interval, per_seed_ratios, ratio_line,
-                         summarise)
+from tools.stats import MIN_SEEDS, format_table, geomean_ratio, geomean_ratio_interval, per_seed_ratios, ratio_line
 
 
 def _runs(tuner: str, op: str, bests: list[float]) -> list[dict]:

@@ -14,7 +14,6 @@ import contextlib
 import csv
 import json
 import os
-import time
 from typing import Any
 
 import tabulate
