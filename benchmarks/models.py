@@ -23,8 +23,9 @@ import time
 
 import tabulate
 
+from tools.runtimes import SHORT
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHORT = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
 
 
 def _driver(method: str, config: str, overrides: list[str]) -> float:

@@ -190,7 +190,7 @@ def openvino_precision(compiled: Any) -> str:
     """What a compiled OpenVINO model computes in (its inference precision: float32, bfloat16, ...)."""
     hint = compiled.get_property("INFERENCE_PRECISION_HINT")
     short = hint.get_type_name() if hasattr(hint, "get_type_name") else str(hint)
-    return {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}.get(short, short)
+    return {name: full for full, name in SHORT.items()}.get(short, short)
 
 
 def tvm_runtime(variant: str, exe: Any, target: Any, model: Any, precision: str = "float32") -> Runtime:
