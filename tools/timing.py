@@ -64,25 +64,29 @@ def _stats(seconds: list[float]) -> dict:
 @dataclass
 class FunctionTime:
     """One function of a build, per model run: how often it is called, its time inside the
-    model, and its time called again at once (operands in cache; ``None`` for VM builtins)."""
+    model, its time called again at once (operands in cache; ``None`` for VM builtins), both
+    medians over runs, and the fastest run's time, in the model or again (``fastest_ms``)."""
 
     calls: float
     ms: float
     hot_ms: float | None
+    fastest_ms: float | None = None
 
 
 def function_times(exe: Any, target: Any, model: Any, runs: int = 5) -> dict[str, FunctionTime]:
     """Each function's time in a build, per model run, through the VM's instrumentation hook
-    around every call it makes. ``hot_ms``: each kernel called again at once with the same
-    arguments; what ``ms`` has above it is the time the kernel spends fetching its inputs and
-    weights from memory inside the model. VM builtins are not called twice."""
+    around every call it makes: the median over ``runs`` runs, after one run that is not
+    counted (the first pays for thread pools, page faults and cold caches). ``hot_ms``: each
+    kernel called again at once with the same arguments; what ``ms`` has above it is the time the
+    kernel spends fetching its inputs and weights from memory inside the model. VM builtins are
+    not called twice."""
     import tvm
 
     from tvm import relax
 
     dev = tvm.cuda() if target.kind.name == "cuda" else tvm.cpu()
     vm = relax.VirtualMachine(exe, dev)
-    totals: dict[str, list] = {}
+    per_run: list[dict[str, list]] = []
     started: dict[str, float] = {}
 
     def instrument(func, symbol, before_run, ret_value, *args):
@@ -91,7 +95,7 @@ def function_times(exe: Any, target: Any, model: Any, runs: int = 5) -> dict[str
             return 0
         dev.sync()
         kernel = not symbol.startswith("vm.builtin.")
-        entry = totals.setdefault(symbol, [0, 0.0, 0.0 if kernel else None])
+        entry = per_run[-1].setdefault(symbol, [0, 0.0, 0.0 if kernel else None])
         entry[0] += 1
         entry[1] += time.perf_counter() - started.pop(symbol, time.perf_counter())
         if kernel:
@@ -101,12 +105,19 @@ def function_times(exe: Any, target: Any, model: Any, runs: int = 5) -> dict[str
             entry[2] += time.perf_counter() - start
         return 0
 
-    vm.set_instrument(tvm.runtime.convert(instrument) if hasattr(tvm.runtime, "convert") else instrument)
     args = [tvm.runtime.tensor(t.numpy(), dev) for t in model.inputs]
+    vm["main"](*args)  # the warm-up, not counted
+    vm.set_instrument(tvm.runtime.convert(instrument) if hasattr(tvm.runtime, "convert") else instrument)
     for _ in range(runs):
+        per_run.append({})
         vm["main"](*args)
-    return {name: FunctionTime(calls / runs, 1e3 * secs / runs, None if hot is None else 1e3 * hot / runs)
-            for name, (calls, secs, hot) in totals.items()}
+
+    def ms(name: str, column: int, reduce: Any = np.median) -> float:
+        return 1e3 * float(reduce([run[name][column] for run in per_run if name in run]))
+
+    return {name: FunctionTime(calls, ms(name, 1), None if hot is None else ms(name, 2),
+                               min(ms(name, 1, np.min), ms(name, 2, np.min)) if hot is not None else None)
+            for name, (calls, _, hot) in per_run[-1].items()}
 
 
 def format_profile(times: dict[str, FunctionTime]) -> str:
@@ -128,16 +139,16 @@ def slower_than_records(times: dict[str, FunctionTime], records: Any) -> list[tu
     """The functions of a tuned build that run more than ``SLOWER_THAN_RECORDS`` times slower in
     the model than the records it was built from say (calls x the fastest record's cost): records
     from another machine, damaged or edited ones. (name, measured ms, predicted ms) per run, the
-    costliest first. Each kernel is judged by the faster of its time in the model and called
-    again at once, less the profile's own overhead per call."""
+    costliest first. Each kernel is judged by its fastest run, in the model or called again at
+    once (a busy machine slows some runs, never all), less the profile's own overhead per call."""
     from autotvm.record import best_by_workload, load_records
 
     best = {group[0][0].task.name: group[0][1].mean_cost for group in best_by_workload(load_records(records)).values()}
     slow = []
     for symbol, t in times.items():
         name = symbol.removesuffix("_prepacked")  # the build's name for a kernel whose weights are pre-laid-out
-        if name in best and t.hot_ms is not None:
-            predicted, measured = 1e3 * t.calls * best[name], min(t.ms, t.hot_ms)
+        if name in best and t.fastest_ms is not None:
+            predicted, measured = 1e3 * t.calls * best[name], t.fastest_ms
             if measured > SLOWER_THAN_RECORDS * predicted + CALL_OVERHEAD_MS * t.calls:
                 slow.append((symbol, measured, predicted))
     return sorted(slow, key=lambda item: item[2] - item[1])
