@@ -114,7 +114,32 @@ def _torch_models() -> dict[str, Callable[[ModelSpec], tuple]]:
         model = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width // 4))
         return model, (torch.randn(_or(spec.batch, 16), width),)
 
-    return {"transformer": transformer, "mlp": mlp}
+    def cnn(spec: ModelSpec) -> tuple:
+        """A small residual network: a stride-2 stem on the RGB image, a residual block, a stride-2
+        convolution, each with batch norm and ReLU, then pooling and a linear layer."""
+        width, image = _or(spec.width, 32), _or(spec.image_size, 32)
+
+        def conv(c_in: int, c_out: int, stride: int, relu: bool = True) -> nn.Module:
+            layers = [nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False), nn.BatchNorm2d(c_out)]
+            return nn.Sequential(*layers, *([nn.ReLU()] if relu else []))
+
+        class Residual(nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.body = nn.Sequential(conv(width, width, 1), conv(width, width, 1, relu=False))
+
+            def forward(self, x: Any) -> Any:
+                return torch.relu(x + self.body(x))
+
+        model = nn.Sequential(conv(3, width, 2), Residual(), conv(width, 2 * width, 2),
+                              nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2 * width, 10))
+        for module in model.modules():  # batch norm with statistics, as a trained network has
+            if isinstance(module, nn.BatchNorm2d):
+                module.running_mean.uniform_(-0.5, 0.5)
+                module.running_var.uniform_(0.5, 2.0)
+        return model, (torch.randn(_or(spec.batch, 1), 3, image, image),)
+
+    return {"transformer": transformer, "mlp": mlp, "cnn": cnn}
 
 
 HF_MODELS = ("bert", "minilm", "resnet-18", "resnet-50", "mobilenet-v2", "vit")

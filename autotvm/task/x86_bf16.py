@@ -1,6 +1,6 @@
-"""A bfloat16 matmul on x86 CPUs with AVX512-BF16: a register-blocked micro-kernel around
-``vdpbf16ps`` (16 float32 lanes, each += the dot product of a pair of bfloat16), as a TVM tensor
-intrinsic.
+"""bfloat16 matmuls and convolutions on x86 CPUs with AVX512-BF16: a register-blocked
+micro-kernel around ``vdpbf16ps`` (16 float32 lanes, each += the dot product of a pair of
+bfloat16), as a TVM tensor intrinsic, and the two templates that use it.
 
 TVM 0.27 legalizes bfloat16 to float32 arithmetic and uint16 storage before LLVM sees it, and
 has no LLVM ``bfloat`` vector type to pass to ``llvm.x86.avx512bf16.dpbf16ps.512``; so the
@@ -9,11 +9,15 @@ along (``pragma_import_llvm``) and LLVM inlines. The micro-kernel keeps an ``mr`
 block of C in registers over ``kt`` pairs of K, reading A's pairs broadcast and B packed as
 ``(K/2, N, 2)``: the two bfloat16 of a pair side by side, the layout ``vdpbf16ps`` reads (a
 weight's packing, done once). C accumulates in float32.
+
+A convolution (NHWC) is the same product, one filter tap at a time: for a tap, ``mr`` adjacent
+output pixels of a row read ``mr`` input pixels ``stride`` apart, a matrix with row stride
+``stride * C`` once the padded input is laid out as ``(H, stride, W / stride, C)``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import tvm
 from tvm import te
@@ -79,10 +83,15 @@ attributes #0 = { alwaysinline nounwind "target-features"="+avx512f,+avx512bf16"
 """
 
 
+def _fits_registers(mr: int, nv: int) -> bool:
+    """32 vector registers hold the mr x nv accumulators, nv vectors of B and A's broadcast."""
+    return mr * nv + nv + 1 <= 32
+
+
 def intrinsic(mr: int, nv: int, kt: int) -> tuple[str, str]:
     """Register the micro-kernel C[mr, 16 nv] += A[mr, 2 kt] B[kt, 16 nv, 2] as a tensor intrinsic;
     returns (its name, the LLVM IR its kernels must carry: ``with_kernel_ir``)."""
-    if mr * nv > 28:  # 32 vector registers: the accumulators, nv B vectors and A's broadcast
+    if not _fits_registers(mr, nv):
         raise AutoTVMError(f"bf16 micro-kernel {mr}x{nv}: more accumulators than AVX-512 has registers")
     name, n = f"tvm_bf16_gemm_{mr}x{nv}", 16 * nv
 
@@ -133,7 +142,6 @@ def schedule(func: Any, mr: int, nv: int, kt: int) -> tvm.s_tir.Schedule:
     """``matmul``'s function tiled for the micro-kernel: rows by ``mr``, columns by ``16 nv``, K by
     ``kt`` pairs; the row-and-column tiles run in parallel on the cores, and the outer loop carries
     the micro-kernel's LLVM IR (a ``pragma_import_llvm`` the code generator links in)."""
-    intrin, ir = intrinsic(mr, nv, kt)
     sch = tvm.s_tir.Schedule(func)
     block = sch.get_sblock("C")
     i, j, k, p = sch.get_loops(block)
@@ -145,23 +153,38 @@ def schedule(func: Any, mr: int, nv: int, kt: int) -> tvm.s_tir.Schedule:
     sch.parallel(outer)
     init = sch.decompose_reduction(block, ko)
     sch.vectorize(sch.get_loops(init)[-1])
-    sch.tensorize(ii, intrin)
-    sch.annotate(outer, PRAGMA, ir)
+    _tensorize(sch, ii, outer, mr, nv, kt)
     return sch
 
 
 def tiles(m: int, k: int, n: int) -> list[tuple[int, int, int]]:
-    """The (mr, nv, kt) that tile an m x k x n matmul exactly, with at most 28 accumulators; the
+    """The (mr, nv, kt) that tile an m x k x n matmul exactly and fit the registers; the
     most accumulators and the longest K loop first (the first is the untuned build's)."""
     found = [(mr, nv, kt) for mr in (2, 4, 6, 8, 12, 14) for nv in (1, 2, 3, 4)
-             for kt in (16, 32, 48, 64, 96, 128, 192, 256) if mr * nv <= 28 and m % mr == 0 and n % (16 * nv) == 0
+             for kt in (16, 32, 48, 64, 96, 128, 192, 256) if _fits_registers(mr, nv) and m % mr == 0 and n % (16 * nv) == 0
              and (k // 2) % kt == 0]
     return sorted(found, key=lambda tile: (-tile[0] * tile[1], -tile[2]))
+
+
+def pack_matmul_weight(w: Any) -> Any:
+    """A float32 (K, N) weight as the micro-kernel reads it: bfloat16 pairs of K, (K/2, N, 2)."""
+    import ml_dtypes
+
+    k, n = w.shape
+    return w.astype(ml_dtypes.bfloat16).reshape(k // 2, 2, n).transpose(0, 2, 1).copy()
 
 
 def fits(m: int, k: int, n: int) -> bool:
     """Whether the micro-kernel can compute an m x k x n matmul (K in pairs, N in vectors of 16)."""
     return k % 2 == 0 and bool(tiles(m, k, n))
+
+
+def _tensorize(sch: tvm.s_tir.Schedule, inner: Any, outer: Any, mr: int, nv: int, kt: int) -> None:
+    """The loop ``inner`` (an mr x 16 nv x kt-pair tile) becomes the micro-kernel, and ``outer``
+    carries its LLVM IR."""
+    intrin, ir = intrinsic(mr, nv, kt)
+    sch.tensorize(inner, intrin)
+    sch.annotate(outer, PRAGMA, ir)
 
 
 TEMPLATE = "x86/matmul_bf16"
@@ -176,3 +199,156 @@ def matmul_template(m: int, k: int, n: int) -> tuple[Any, list]:
     cfg.add_flop(2.0 * m * k * n)
     mr, nv, kt = (int(part) for part in cfg["tile"].val.split("x"))
     return schedule(matmul(m, k, n), mr, nv, kt), []
+
+
+class Conv2D(NamedTuple):
+    """A 2-D convolution's shape: input (1, h, w, c) NHWC, co filters of kh x kw, one stride,
+    pads (top, left, bottom, right)."""
+
+    h: int
+    w: int
+    c: int
+    co: int
+    kh: int
+    kw: int
+    stride: int
+    pad_top: int
+    pad_left: int
+    pad_bottom: int
+    pad_right: int
+
+    @property
+    def out(self) -> tuple[int, int]:
+        """(output height, output width)."""
+        return ((self.h + self.pad_top + self.pad_bottom - self.kh) // self.stride + 1,
+                (self.w + self.pad_left + self.pad_right - self.kw) // self.stride + 1)
+
+    @property
+    def folded(self) -> bool:
+        """Too few input channels to feed the micro-kernel one filter tap at a time (fewer than
+        ``MIN_KT`` pairs; the RGB image's first layer): a row's taps are folded into the channels."""
+        return self.c % 2 == 1 or (self.c // 2) % MIN_KT != 0
+
+    @property
+    def pairs(self) -> int:
+        """Pairs of K per filter tap: of the input channels, or of a row's taps x channels when
+        folded (a zero added to make the last pair)."""
+        return (self.kw * self.c + 1) // 2 if self.folded else self.c // 2
+
+
+MIN_KT = 16  # the fewest pairs of K a call of the micro-kernel reads when it does not read them all
+
+
+def conv2d(shape: Conv2D) -> Any:
+    """Y (1, oh, ow, co) float32 = X (1, h, w, c) float32, read as bfloat16, convolved with W
+    given packed by ``pack_conv2d_weight``. The padded input is laid out once, in bfloat16, as
+    P (h + pads, stride, ow + (kw - 1) / stride, c): pixel ``x * stride + q`` of a row at
+    ``P[.., q, x, :]``, so each filter tap reads a strided matrix. Folded (``Conv2D.folded``), P
+    is (h + pads, 1, ow, 2 pairs): output pixel x's row of taps, its channels side by side, and
+    the convolution has one tap per row of the filter."""
+    s, (oh, ow) = shape.stride, shape.out
+    x = te.placeholder((1, shape.h, shape.w, shape.c), "float32", name="X")
+    kw, steps, width = (1, 1, ow) if shape.folded else (shape.kw, s, ow + (shape.kw - 1) // s)
+    w = te.placeholder((shape.kh, kw, shape.pairs, shape.co, 2), "bfloat16", name="W")
+
+    def padded(hh: Any, q: Any, ww: Any, ci: Any) -> Any:
+        if shape.folded:
+            col, ci, real = ww * s + ci // shape.c - shape.pad_left, ci % shape.c, ci < shape.kw * shape.c
+        else:
+            col, real = ww * s + q - shape.pad_left, True
+        row = hh - shape.pad_top
+        inside = tvm.tirx.all(real, row >= 0, row < shape.h, col >= 0, col < shape.w)
+        return tvm.tirx.if_then_else(inside, x[0, row, col, ci].astype("bfloat16"), tvm.tirx.const(0, "bfloat16"))
+
+    p = te.compute((shape.h + shape.pad_top + shape.pad_bottom, steps, width, 2 * shape.pairs), padded, name="P")
+    r, t = te.reduce_axis((0, shape.kh), name="r"), te.reduce_axis((0, kw), name="t")
+    cc, cp = te.reduce_axis((0, shape.pairs), name="cc"), te.reduce_axis((0, 2), name="cp")
+    y = te.compute((1, oh, ow, shape.co), lambda n, i, j, o: te.sum(
+        p[i * s + r, t % steps, j + t // steps, cc * 2 + cp].astype("float32") * w[r, t, cc, o, cp].astype("float32"),
+        axis=[r, t, cc, cp]), name="Y")
+    return te.create_prim_func([x, w, y])
+
+
+# the loops around the micro-kernel, outermost first, the parallel ones before the "|"
+CONV_ORDERS = {"rows": "n i jo oo | r t cco", "channels": "oo n i jo | r t cco", "weights": "oo | r t cco n i jo"}
+
+
+def conv2d_schedule(func: Any, mr: int, nv: int, kt: int, order: str = "rows") -> tvm.s_tir.Schedule:
+    """``conv2d``'s function tiled for the micro-kernel: ``mr`` pixels of an output row by ``16 nv``
+    output channels by ``kt`` pairs of input channels, for each filter tap. ``order="rows"`` runs
+    the output rows in parallel with the channel blocks inside; ``"channels"`` the channel blocks
+    outside, so a core keeps one block of the weights in cache across all rows (small images,
+    many channels)."""
+    sch = tvm.s_tir.Schedule(func)
+    pad = sch.get_sblock("P")
+    hh, _, _, ci = sch.get_loops(pad)
+    sch.parallel(hh)
+    sch.vectorize(ci)
+    block = sch.get_sblock("Y")
+    n, i, j, o, r, t, cc, cp = sch.get_loops(block)
+    jo, ji = sch.split(j, [None, mr])
+    oo, oi = sch.split(o, [None, 16 * nv])
+    cco, cci = sch.split(cc, [None, kt])
+    loops = {"n": n, "i": i, "jo": jo, "oo": oo, "r": r, "t": t, "cco": cco}
+    parallel, serial = (names.split() for names in CONV_ORDERS[order].split("|"))
+    sch.reorder(*[loops[name] for name in parallel + serial], ji, oi, cci, cp)
+    outer = sch.fuse(*[loops[name] for name in parallel]) if len(parallel) > 1 else loops[parallel[0]]
+    sch.parallel(outer)
+    init = sch.decompose_reduction(block, loops[serial[0]])
+    sch.vectorize(sch.get_loops(init)[-1])
+    _tensorize(sch, ji, outer, mr, nv, kt)
+    return sch
+
+
+def conv2d_tiles(shape: Conv2D) -> list[tuple[int, int, int]]:
+    """The (mr, nv, kt) that tile a convolution exactly (mr divides the output width, 16 nv the
+    filters, kt the pairs of K of a tap: from ``MIN_KT`` to 128, or all of them where fewer) and
+    fit the registers, the most accumulators first."""
+    _, ow = shape.out
+    steps = [kt for kt in range(MIN_KT, 129) if shape.pairs % kt == 0] or [shape.pairs]
+    found = [(mr, nv, kt) for mr in range(2, 15) for nv in (1, 2, 3, 4) for kt in steps
+             if _fits_registers(mr, nv) and mr * nv >= 8 and ow % mr == 0 and shape.co % (16 * nv) == 0
+             and shape.pairs % kt == 0]
+    return sorted(found, key=lambda tile: (-tile[0] * tile[1], -tile[2]))
+
+
+def conv2d_fits(shape: Conv2D) -> bool:
+    """Whether the micro-kernel can compute a convolution (filters in vectors of 16, a tile that
+    divides the output width)."""
+    return bool(conv2d_tiles(shape))
+
+
+def pack_conv2d_weight(w: Any) -> Any:
+    """A float32 OHWI weight (co, kh, kw, c) as ``conv2d`` reads it: (kh, kw, c/2, co, 2) bfloat16
+    pairs of input channels, or folded (few channels), (kh, 1, pairs, co, 2) pairs of a row's taps
+    x channels."""
+    import ml_dtypes
+    import numpy as np
+
+    co, kh, kw, c = w.shape
+    shape = Conv2D(1, 1, c, co, kh, kw, 1, 0, 0, 0, 0)
+    if shape.folded:
+        w = np.pad(w.reshape(co, kh, 1, kw * c), [(0, 0), (0, 0), (0, 0), (0, 2 * shape.pairs - kw * c)])
+        kw = 1
+    return (w.astype(ml_dtypes.bfloat16).transpose(1, 2, 3, 0).reshape(kh, kw, shape.pairs, 2, co)
+            .transpose(0, 1, 2, 4, 3).copy())
+
+
+CONV_TEMPLATE = "x86/conv2d_nhwc_bf16"
+
+
+@template(CONV_TEMPLATE)
+def conv2d_template(*args: int) -> tuple[Any, list]:
+    """The bfloat16 convolution as an AutoTVM template (args: ``Conv2D``'s fields): its knobs are
+    the micro-kernel's tile and the parallel loop's order, so every tuner searches them."""
+    if len(args) != len(Conv2D._fields) or not all(isinstance(a, int) and a >= 0 for a in args):
+        raise AutoTVMError(f"{CONV_TEMPLATE} takes {len(Conv2D._fields)} integers ({', '.join(Conv2D._fields)}), "
+                           f"got {args!r}")
+    shape = Conv2D(*args)
+    cfg = get_config()
+    cfg.define_knob("tile", [f"{mr}x{nv}x{kt}" for mr, nv, kt in conv2d_tiles(shape)])
+    cfg.define_knob("order", list(CONV_ORDERS))
+    oh, ow = shape.out
+    cfg.add_flop(2.0 * oh * ow * shape.co * shape.kh * shape.kw * shape.c)
+    mr, nv, kt = (int(part) for part in cfg["tile"].val.split("x"))
+    return conv2d_schedule(conv2d(shape), mr, nv, kt, cfg["order"].val), []
