@@ -84,7 +84,7 @@ def test_convolutions_tile_and_fold_few_channels_into_the_taps():
     body = x86_bf16.Conv2D(7, 7, 512, 512, 3, 3, 1, 1, 1, 1, 1)
     assert not body.folded and {mr for mr, _, _ in x86_bf16.conv2d_tiles(body)} == {7}
     assert not x86_bf16.conv2d_fits(x86_bf16.Conv2D(8, 8, 64, 24, 3, 3, 1, 1, 1, 1, 1))  # 24 filters: no vector of 16
-    with pytest.raises(autotvm.AutoTVMError, match="takes 11 integers"):
+    with pytest.raises(autotvm.AutoTVMError, match="takes 12 integers"):
         autotvm.task.create(x86_bf16.CONV_TEMPLATE, [56, 56, 64], HOST)
 
 
@@ -117,8 +117,9 @@ def test_the_convolution_kernel_computes_the_bfloat16_convolution_in_float32(sha
 @pytest.mark.skipif(not HAS_BF16, reason="this CPU has no AVX512-BF16")
 def test_a_bfloat16_network_tunes_its_convolutions_and_stays_accurate(tmp_path):
     """A small residual network in bfloat16: every convolution (the RGB stem folded) becomes the
-    convolution template's task, with the tile and the loop order as knobs; batch norm folds into
-    the weights first; the tuned build stays within a cosine of 0.9999 of PyTorch in float32."""
+    convolution template's task, with the tile and the loop order as knobs, and takes in what
+    follows it (the bias batch norm folded into, the ReLU, the residual); the tuned build stays
+    within a cosine of 0.9999 of PyTorch in float32."""
     from tvm import relax
 
     from autotvm.tuner import RandomTuner
@@ -128,10 +129,15 @@ def test_a_bfloat16_network_tunes_its_convolutions_and_stays_accurate(tmp_path):
     spec = {"name": "cnn", "type": "torch", "model": "cnn", "width": 32, "image_size": 32}
     model, mod, params, tasks = model_tasks(spec, HOST, "bfloat16")
     convs = {t.args: t for t in tasks if t.name == x86_bf16.CONV_TEMPLATE}
-    assert sorted(convs) == [(16, 16, 32, 32, 3, 3, 1, 1, 1, 1, 1), (16, 16, 32, 64, 3, 3, 2, 1, 1, 1, 1),
-                             (32, 32, 3, 32, 3, 3, 2, 1, 1, 1, 1)]
-    task = convs[(16, 16, 32, 32, 3, 3, 1, 1, 1, 1, 1)]
-    assert task.weight == 2 and [k.name for k in task.config_space.knobs] == ["tile", "order"]
+    bias_relu, bias_add_relu = (x86_bf16.EPILOGUES.index(name) for name in ("bias_relu", "bias_add_relu"))
+    assert sorted(convs) == [(16, 16, 32, 32, 3, 3, 1, 1, 1, 1, 1, bias_relu),
+                             (16, 16, 32, 32, 3, 3, 1, 1, 1, 1, 1, bias_add_relu),
+                             (16, 16, 32, 64, 3, 3, 2, 1, 1, 1, 1, bias_relu),
+                             (32, 32, 3, 32, 3, 3, 2, 1, 1, 1, 1, bias_relu)]
+    others = [t.name for t in tasks if t.name not in (x86_bf16.CONV_TEMPLATE, x86_bf16.TEMPLATE)]
+    assert not [name for name in others if "relu" in name or "conv" in name]  # all taken into the kernels
+    task = convs[(16, 16, 32, 32, 3, 3, 1, 1, 1, 1, 1, bias_add_relu)]
+    assert [k.name for k in task.config_space.knobs] == ["tile", "order"]
     log = str(tmp_path / "cnn.json")
     option = autotvm.measure_option(autotvm.LocalBuilder(n_parallel=2), autotvm.LocalRunner(number=2, repeat=1))
     tuner = RandomTuner(task, seed=0)

@@ -11,14 +11,14 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-import numpy as np
 import tvm
 
 from ..checks import AutoTVMError, check, choice
 from ..env import load_tensor_intrinsics, make_target
 from .layout_pads import nhwc_pads
 from .space import InstantiationError
-from . import x86_bf16  # registers the bfloat16 templates
+from . import x86_bf16
+from .bfloat16 import to_bfloat16
 from .task import Task, create
 from .trace_task import TraceTask
 from .winograd import winograd_conv2d
@@ -49,10 +49,10 @@ def prepare_program(mod: tvm.IRModule, params: dict | None = None, conv_layout: 
 
     ``precision="bfloat16"`` (CPUs with AVX512-BF16) computes every matmul and NHWC convolution
     with a constant weight in bfloat16 with float32 accumulation, on the micro-kernel of
-    ``autotvm.task.x86_bf16``: its input is read as bfloat16, its weight converted and packed in
-    pairs here, once, and its tile is a knob its task is tuned over. Everything else (attention,
-    normalization, the activations between layers, convolutions the micro-kernel does not tile)
-    stays float32.
+    ``autotvm.task.x86_bf16`` (``autotvm.task.bfloat16``): its input is read as bfloat16, its
+    weight converted and packed in pairs here, once, a convolution's bias, ReLU and residual go
+    into its kernel, and its tile is a knob its task is tuned over. Everything else (attention,
+    normalization, convolutions the micro-kernel does not tile) stays float32.
 
     ``precision="float16"`` runs the model in half precision (Relax's ``ToMixedPrecision``):
     matmuls and convolutions read and write float16, so on a GPU they run on its tensor cores,
@@ -87,84 +87,9 @@ def prepare_program(mod: tvm.IRModule, params: dict | None = None, conv_layout: 
         passes += [relax.transform.ConvertToDataflow(), relax.transform.ToMixedPrecision(out_dtype="float16"),
                    relax.transform.FoldConstant()]  # the weights converted once
     elif precision == "bfloat16":
-        passes += [_to_bfloat16]
+        passes += [to_bfloat16]
     with tvm.transform.PassContext(opt_level=3):
         return tvm.transform.Sequential(passes)(mod)
-
-
-@tvm.transform.module_pass(opt_level=0, name="ToBFloat16")
-def _to_bfloat16(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
-    """Every ``matmul(x, W)`` and NHWC ``conv2d(x, W)`` (batch 1, one group, no dilation) with a
-    constant float32 weight that the bfloat16 micro-kernel tiles becomes a ``call_tir`` of its
-    template's function (``x86_bf16.TEMPLATE``, ``x86_bf16.CONV_TEMPLATE``; marked so that fusion
-    leaves it alone and tasks find it) on the weight packed in bfloat16 pairs; float32 in (a
-    matmul's input cast to bfloat16 first, a convolution's inside its kernel) and out."""
-    from tvm import relax
-
-    def static_shape(x: Any) -> list[int] | None:
-        shape = getattr(x.ty, "shape", None)
-        if x.ty.dtype != "float32" or shape is None or not all(
-                isinstance(getattr(d, "value", None), int) for d in shape.values):
-            return None
-        return [int(d) for d in shape.values]
-
-    def weight(call: Any) -> Any:
-        w = call.args[1]
-        return w.value.numpy() if isinstance(w, tvm.ir.expr.Constant) and w.ty.dtype == "float32" else None
-
-    @relax.expr_functor.mutator
-    class Rewrite(relax.PyExprMutator):
-        def visit_call_(self, call: Any) -> Any:
-            call = super().visit_call_(call)
-            name = call.op.name if isinstance(call.op, tvm.ir.Op) else None
-            if name not in ("relax.matmul", "relax.nn.conv2d") or weight(call) is None:
-                return call
-            shape = static_shape(call.args[0])
-            if shape is None:
-                return call
-            new = (self.matmul if name == "relax.matmul" else self.conv2d)(call, shape, weight(call))
-            return call if new is None else new
-
-        def call_template(self, func: Any, template: str, args: list[int], name: str, inputs: list,
-                          out_shape: tuple) -> Any:
-            func = func.without_attr("global_symbol").with_attrs(
-                {"autotvm.template": template, "autotvm.args": args, "op_pattern": 8})
-            gvar = self.builder_.add_func(func, name)
-            return self.builder_.emit(relax.call_tir(gvar, inputs, relax.TensorType(out_shape, "float32")))
-
-        def matmul(self, call: Any, shape: list[int], w: Any) -> Any:
-            if w.ndim != 2:
-                return None
-            (k, n), m = w.shape, int(np.prod(shape[:-1]))
-            if shape[-1] != k or not x86_bf16.fits(m, k, n):
-                return None
-            rows = self.builder_.emit(relax.op.astype(relax.op.reshape(call.args[0], (m, k)), "bfloat16"))
-            packed = relax.const(tvm.runtime.tensor(x86_bf16.pack_matmul_weight(w)))
-            out = self.call_template(x86_bf16.matmul(m, k, n), x86_bf16.TEMPLATE, [m, k, n],
-                                     f"matmul_bf16_{m}x{k}x{n}", [rows, packed], (m, n))
-            return relax.op.reshape(out, (*shape[:-1], n))
-
-        def conv2d(self, call: Any, shape: list[int], w: Any) -> Any:
-            attrs = call.attrs
-            strides, dilation = [int(v) for v in attrs.strides], [int(v) for v in attrs.dilation]
-            if (str(attrs.data_layout) != "NHWC" or str(attrs.kernel_layout) != "OHWI"
-                    or str(attrs.out_layout) != "NHWC" or int(attrs.groups) != 1 or dilation != [1, 1]
-                    or strides[0] != strides[1] or shape[0] != 1 or w.shape[3] != shape[3]):
-                return None
-            conv = x86_bf16.Conv2D(shape[1], shape[2], shape[3], w.shape[0], w.shape[1], w.shape[2], strides[0],
-                                   *[int(v) for v in attrs.padding])
-            if not x86_bf16.conv2d_fits(conv):
-                return None
-            packed = relax.const(tvm.runtime.tensor(x86_bf16.pack_conv2d_weight(w)))
-            return self.call_template(x86_bf16.conv2d(conv), x86_bf16.CONV_TEMPLATE, list(conv),
-                                      "conv2d_bf16_" + "_".join(map(str, conv)), [call.args[0], packed],
-                                      (1, *conv.out, conv.co))
-
-    rewrite = Rewrite(mod)
-    for gvar, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            rewrite.builder_.update_func(gvar, rewrite.visit_expr(func))
-    return rewrite.builder_.get()
 
 
 def _has_conv2d(mod: tvm.IRModule) -> bool:

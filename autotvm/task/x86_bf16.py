@@ -201,9 +201,13 @@ def matmul_template(m: int, k: int, n: int) -> tuple[Any, list]:
     return schedule(matmul(m, k, n), mr, nv, kt), []
 
 
+EPILOGUES = ("none", "bias", "bias_relu", "bias_add_relu")  # what follows the convolution in its kernel
+
+
 class Conv2D(NamedTuple):
-    """A 2-D convolution's shape: input (1, h, w, c) NHWC, co filters of kh x kw, one stride,
-    pads (top, left, bottom, right)."""
+    """A 2-D convolution layer: input (1, h, w, c) NHWC, co filters of kh x kw, one stride, pads
+    (top, left, bottom, right), and its epilogue (an index of ``EPILOGUES``: a bias per filter,
+    then a ReLU, or the residual added before the ReLU)."""
 
     h: int
     w: int
@@ -216,6 +220,7 @@ class Conv2D(NamedTuple):
     pad_left: int
     pad_bottom: int
     pad_right: int
+    epilogue: int = 0
 
     @property
     def out(self) -> tuple[int, int]:
@@ -266,7 +271,20 @@ def conv2d(shape: Conv2D) -> Any:
     y = te.compute((1, oh, ow, shape.co), lambda n, i, j, o: te.sum(
         p[i * s + r, t % steps, j + t // steps, cc * 2 + cp].astype("float32") * w[r, t, cc, o, cp].astype("float32"),
         axis=[r, t, cc, cp]), name="Y")
-    return te.create_prim_func([x, w, y])
+    epilogue = EPILOGUES[shape.epilogue]
+    if epilogue == "none":
+        return te.create_prim_func([x, w, y])
+    bias = te.placeholder((shape.co,), "float32", name="bias")
+    residual = te.placeholder((1, oh, ow, shape.co), "float32", name="residual")
+
+    def finish(n: Any, i: Any, j: Any, o: Any) -> Any:
+        value = y[n, i, j, o] + bias[o]
+        if epilogue == "bias_add_relu":
+            value = value + residual[n, i, j, o]
+        return te.max(value, tvm.tirx.const(0, "float32")) if epilogue != "bias" else value
+
+    z = te.compute((1, oh, ow, shape.co), finish, name="Z")
+    return te.create_prim_func([x, w, bias, *([residual] if epilogue == "bias_add_relu" else []), z])
 
 
 # the loops around the micro-kernel, outermost first, the parallel ones before the "|"
@@ -294,6 +312,10 @@ def conv2d_schedule(func: Any, mr: int, nv: int, kt: int, order: str = "rows") -
     sch.reorder(*[loops[name] for name in parallel + serial], ji, oi, cci, cp)
     outer = sch.fuse(*[loops[name] for name in parallel]) if len(parallel) > 1 else loops[parallel[0]]
     sch.parallel(outer)
+    if "Z" in {sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))}:
+        finish = sch.get_sblock("Z")  # the epilogue, on each tile once its sums are done, in cache
+        sch.reverse_compute_at(finish, outer)
+        sch.vectorize(sch.get_loops(finish)[-1])
     init = sch.decompose_reduction(block, loops[serial[0]])
     sch.vectorize(sch.get_loops(init)[-1])
     _tensorize(sch, ji, outer, mr, nv, kt)
