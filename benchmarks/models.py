@@ -28,11 +28,15 @@ from tools.runtimes import SHORT
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _driver(method: str, config: str, overrides: list[str]) -> float:
+def _driver(method: str, config: str, overrides: list[str]) -> float | None:
+    """The driver's wall time, or None (with a note) where it stopped: the config needs what this
+    machine lacks (bfloat16 on a CPU without AVX512-BF16), or its one-line error says why."""
     start = time.perf_counter()
     sets = [arg for item in overrides for arg in ("--set", item)]
-    subprocess.run([sys.executable, os.path.join(ROOT, "driver.py"), f"-m={method}", f"-c={config}", *sets],
-                   check=True)
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "driver.py"), f"-m={method}", f"-c={config}", *sets])
+    if done.returncode:
+        print(f"note: {os.path.basename(config)} {' '.join(overrides)}: -m={method} exited {done.returncode}; skipped")
+        return None
     return time.perf_counter() - start
 
 
@@ -55,7 +59,8 @@ def main() -> None:
                                                      f"autotuner_settings.save_name={name}"]
             tune_s = _driver("tune", path, overrides)
             time.sleep(1)
-            _driver("benchmark", path, overrides)
+            if tune_s is None or _driver("benchmark", path, overrides) is None:
+                continue
             # the driver ran in this working directory: relative save paths are relative to it
             result = json.load(open(os.path.join(settings.get("save_path", "results"), f"{name}-benchmark.json"),
                                     encoding="utf-8"))

@@ -59,7 +59,8 @@ def test_a_bfloat16_model_tunes_its_matmuls_as_tile_knobs_and_stays_accurate(tmp
     spec = {"name": "mlp", "type": "torch", "model": "mlp", "width": 256, "batch": 16}
     model, mod, params, tasks = model_tasks(spec, HOST, "bfloat16")
     bf16 = [t for t in tasks if t.name == x86_bf16.TEMPLATE]
-    assert sorted(t.args for t in bf16) == [(16, 256, 64), (16, 256, 256)]
+    bias, bias_relu = x86_bf16.EPILOGUES.index("bias"), x86_bf16.EPILOGUES.index("bias_relu")
+    assert sorted(t.args for t in bf16) == [(16, 256, 64, bias), (16, 256, 256, bias_relu)]  # with their epilogues
     assert all(t.config_space.knobs[0].name == "tile" and len(t.config_space) > 4 for t in bf16)
     log = str(tmp_path / "bf16.json")
     option = autotvm.measure_option(autotvm.LocalBuilder(n_parallel=2), autotvm.LocalRunner(number=2, repeat=1))
@@ -79,7 +80,7 @@ def test_a_bfloat16_model_tunes_its_matmuls_as_tile_knobs_and_stays_accurate(tmp
 def test_convolutions_tile_and_fold_few_channels_into_the_taps():
     stem = x86_bf16.Conv2D(224, 224, 3, 64, 7, 7, 2, 3, 3, 3, 3)  # ResNet's first layer, on RGB
     assert stem.out == (112, 112) and stem.folded and stem.pairs == 11  # 7 taps x 3 channels, and a zero
-    assert x86_bf16.pack_conv2d_weight(np.ones((64, 7, 7, 3), np.float32)).shape == (7, 1, 11, 64, 2)
+    assert x86_bf16.pack_conv2d_weight(np.ones((64, 7, 7, 3), np.float32)).shape == (1, 7, 1, 11, 64, 2)
     assert all(kt == 11 and 112 % mr == 0 for mr, _, kt in x86_bf16.conv2d_tiles(stem))
     body = x86_bf16.Conv2D(7, 7, 512, 512, 3, 3, 1, 1, 1, 1, 1)
     assert not body.folded and {mr for mr, _, _ in x86_bf16.conv2d_tiles(body)} == {7}

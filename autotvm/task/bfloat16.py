@@ -5,9 +5,9 @@ Every ``matmul(x, W)`` and NHWC ``conv2d(x, W)`` (batch 1, one group, no dilatio
 float32 weight that the micro-kernel tiles becomes a ``call_tir`` of its template's function,
 marked so that fusion leaves it alone and tasks find it, on the weight packed in bfloat16 pairs
 once, here; float32 in (a matmul's input cast to bfloat16 first, a convolution's inside its
-kernel) and out. A convolution takes what follows it into its kernel: the bias that batch norm
-folded into (``add`` of a constant), then a ReLU, or the residual added before the ReLU
-(``x86_bf16.EPILOGUES``), where nothing else reads the values in between.
+kernel) and out. Each takes what follows it into its kernel (``x86_bf16.EPILOGUES``): the bias
+(``add`` of a constant; a convolution's is where batch norm folded in), then a ReLU or GELU, or a
+residual added, then a ReLU or not; where nothing else reads the values in between.
 """
 
 from __future__ import annotations
@@ -42,8 +42,6 @@ def _op(expr: Any, name: str) -> bool:
 
 def _conv_layer(call: Any) -> x86_bf16.Conv2D | None:
     """The micro-kernel's form of a ``conv2d`` call it can compute, without its epilogue."""
-    if not _op(call, "nn.conv2d"):
-        return None
     shape, w, attrs = _static_shape(call.args[0]), _constant(call.args[1]), call.attrs
     if shape is None or w is None:
         return None
@@ -57,9 +55,20 @@ def _conv_layer(call: Any) -> x86_bf16.Conv2D | None:
     return layer if x86_bf16.conv2d_fits(layer) else None
 
 
-class _Layers:
-    """The convolutions of a function with the epilogue each takes in: for the call that ends
-    each chain, (the layer, the conv2d call, its bias, the residual expression or None)."""
+def _matmul_shape(call: Any) -> tuple[int, int, int] | None:
+    """(m, k, n) of a ``matmul(x, W)`` the micro-kernel can compute (x's leading axes as rows)."""
+    shape, w = _static_shape(call.args[0]), _constant(call.args[1])
+    if shape is None or w is None or w.ndim != 2 or shape[-1] != w.shape[0]:
+        return None
+    m, (k, n) = int(np.prod(shape[:-1])), w.shape
+    return (m, k, n) if x86_bf16.fits(m, k, n) else None
+
+
+class _Kernels:
+    """The matmuls and convolutions of a function that go to the templates, each with the
+    epilogue it takes in: keyed by the call that ends each chain, (the matmul's (m, k, n) or the
+    convolution's ``Conv2D``, its call, its bias, the residual expression or None, the epilogue).
+    An operation is taken in only where nothing else reads the value before it."""
 
     def __init__(self, func: relax.Function) -> None:
         self.value: dict[Any, Any] = {}
@@ -73,37 +82,58 @@ class _Layers:
             self.users.setdefault(var, []).append(None)
         self.ends: dict[Any, tuple] = {}
         for var, value in self.value.items():
-            layer = _conv_layer(value)
+            if _op(value, "nn.conv2d"):
+                layer = _conv_layer(value)
+                channels = None if layer is None else layer.co
+            else:
+                layer = _matmul_shape(value) if _op(value, "matmul") else None
+                channels = None if layer is None else layer[2]
             if layer is not None:
-                self._chain(var, value, layer)
+                self._chain(var, value, layer, channels)
 
     def _only_user(self, var: Any) -> tuple[Any, Any]:
         users = self.users.get(var, [])
         return (users[0], self.value.get(users[0])) if len(users) == 1 and users[0] is not None else (None, None)
 
-    def _chain(self, var: Any, conv: Any, layer: x86_bf16.Conv2D) -> None:
-        self.ends[conv] = (layer, conv, None, None)  # the convolution alone, unless a bias follows
+    def _past_reshapes(self, var: Any) -> tuple[Any, Any, Any]:
+        """(the last of the reshapes that alone read ``var`` in a row, or ``var``; its only user's
+        variable and value)."""
+        user_var, user = self._only_user(var)
+        while _op(user, "reshape"):
+            var = user_var
+            user_var, user = self._only_user(var)
+        return var, user_var, user
+
+    def _claimed(self, call: Any) -> bool:
+        return any(k.same_as(call) for k in self.ends)
+
+    def _chain(self, var: Any, op: Any, layer: Any, channels: int) -> None:
+        """The epilogue after ``op``: a bias (``add`` of a constant), then a ReLU or a GELU, or a
+        residual added (then a ReLU, or not)."""
         biased, add = self._only_user(var)
-        if not _op(add, "add") or len(add.args) != 2 or not any(a.same_as(var) for a in add.args):
+        bias = _addend(add, var)
+        if bias is None or _constant(bias) is None or _constant(bias).size != channels:
+            self.ends[op] = (layer, op, None, None, "none")
             return
-        bias = next(_constant(a) for a in add.args if not a.same_as(var))
-        if bias is None or bias.size != layer.co:
-            return
-        del self.ends[conv]
-        bias = bias.reshape(layer.co)
+        bias = _constant(bias).reshape(channels)
         end, kind, residual = add, "bias", None
-        follower_var, follower = self._only_user(biased)
-        if _op(follower, "nn.relu"):
-            end, kind = follower, "bias_relu"
-        elif _op(follower, "add") and len(follower.args) == 2:
-            other = next(a for a in follower.args if not a.same_as(biased)) if any(
-                a.same_as(biased) for a in follower.args) else None
-            _, relu = self._only_user(follower_var)
-            claimed = any(k.same_as(relu) for k in self.ends)  # the other addend's layer took it in
-            if other is not None and _constant(other) is None and _static_shape(other) == _static_shape(follower) \
-                    and _op(relu, "nn.relu") and not claimed:
-                end, kind, residual = relu, "bias_add_relu", other
-        self.ends[end] = (layer._replace(epilogue=x86_bf16.EPILOGUES.index(kind)), conv, bias, residual)
+        shaped, after_var, after = self._past_reshapes(biased)  # (m, n) back to the model's shape
+        if _op(after, "nn.relu") or _op(after, "nn.gelu"):
+            end, kind = after, "bias_relu" if _op(after, "nn.relu") else "bias_gelu"
+        elif (other := _addend(after, shaped)) is not None and _constant(other) is None \
+                and _static_shape(other) == _static_shape(after) and not self._claimed(after):
+            end, kind, residual = after, "bias_add", other
+            _, relu = self._only_user(after_var)
+            if _op(relu, "nn.relu") and not self._claimed(relu):
+                end, kind = relu, "bias_add_relu"
+        self.ends[end] = (layer, op, bias, residual, kind)
+
+
+def _addend(call: Any, var: Any) -> Any:
+    """The other operand of ``add(var, other)`` or ``add(other, var)``."""
+    if not _op(call, "add") or len(call.args) != 2 or not any(a.same_as(var) for a in call.args):
+        return None
+    return next(a for a in call.args if not a.same_as(var))
 
 
 def _vars_in(expr: Any) -> list:
@@ -118,17 +148,17 @@ def to_bfloat16(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
 
     @relax.expr_functor.mutator
     class Rewrite(relax.PyExprMutator):
-        layers: _Layers
+        kernels: _Kernels
 
         def visit_call_(self, call: Any) -> Any:
-            end = next((v for k, v in self.layers.ends.items() if k.same_as(call)), None)
-            if end is not None:
-                return self.conv2d(*end)
-            call = super().visit_call_(call)
-            if _op(call, "matmul") and _constant(call.args[1]) is not None:
-                new = self.matmul(call, _static_shape(call.args[0]), _constant(call.args[1]))
-                return call if new is None else new
-            return call
+            end = next((v for k, v in self.kernels.ends.items() if k.same_as(call)), None)
+            if end is None:
+                return super().visit_call_(call)
+            layer, op, bias, residual, epilogue = end
+            inputs = [] if bias is None else [relax.const(tvm.runtime.tensor(bias.astype(np.float32)))]
+            out = (self.conv2d if _op(op, "nn.conv2d") else self.matmul)(
+                layer, op, inputs, residual, x86_bf16.EPILOGUES.index(epilogue))
+            return relax.op.reshape(out, _static_shape(call))  # the shape the chain ended in
 
         def call_template(self, func: Any, template: str, args: list[int], name: str, inputs: list,
                           out_shape: tuple) -> Any:
@@ -137,31 +167,31 @@ def to_bfloat16(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
             gvar = self.builder_.add_func(func, name)
             return self.builder_.emit(relax.call_tir(gvar, inputs, relax.TensorType(out_shape, "float32")))
 
-        def matmul(self, call: Any, shape: list[int] | None, w: np.ndarray) -> Any:
-            if shape is None or w.ndim != 2:
-                return None
-            (k, n), m = w.shape, int(np.prod(shape[:-1]))
-            if shape[-1] != k or not x86_bf16.fits(m, k, n):
-                return None
-            rows = self.builder_.emit(relax.op.astype(relax.op.reshape(call.args[0], (m, k)), "bfloat16"))
-            packed = relax.const(tvm.runtime.tensor(x86_bf16.pack_matmul_weight(w)))
-            out = self.call_template(x86_bf16.matmul(m, k, n), x86_bf16.TEMPLATE, [m, k, n],
-                                     f"matmul_bf16_{m}x{k}x{n}", [rows, packed], (m, n))
-            return relax.op.reshape(out, (*shape[:-1], n))
+        def matmul(self, layer: tuple[int, int, int], op: Any, epilogue_inputs: list, residual: Any,
+                   epilogue: int) -> Any:
+            (m, k, n), x = layer, self.visit_expr(op.args[0])
+            rows = self.builder_.emit(relax.op.astype(relax.op.reshape(x, (m, k)), "bfloat16"))
+            packed = relax.const(tvm.runtime.tensor(x86_bf16.pack_matmul_weight(_constant(op.args[1]))))
+            if residual is not None:
+                epilogue_inputs.append(self.builder_.emit(relax.op.reshape(self.visit_expr(residual), (m, n))))
+            name = f"matmul_bf16_{m}x{k}x{n}_{x86_bf16.EPILOGUES[epilogue]}"
+            return self.call_template(x86_bf16.matmul(m, k, n, epilogue), x86_bf16.TEMPLATE, [m, k, n, epilogue],
+                                      name, [rows, packed, *epilogue_inputs], (m, n))
 
-        def conv2d(self, layer: x86_bf16.Conv2D, conv: Any, bias: np.ndarray | None, residual: Any) -> Any:
-            inputs = [self.visit_expr(conv.args[0]),
-                      relax.const(tvm.runtime.tensor(x86_bf16.pack_conv2d_weight(_constant(conv.args[1]))))]
-            inputs += [] if bias is None else [relax.const(tvm.runtime.tensor(bias.astype(np.float32)))]
+        def conv2d(self, layer: x86_bf16.Conv2D, op: Any, epilogue_inputs: list, residual: Any,
+                   epilogue: int) -> Any:
+            layer = layer._replace(epilogue=epilogue)
+            packed = relax.const(tvm.runtime.tensor(x86_bf16.pack_conv2d_weight(_constant(op.args[1]))))
+            inputs = [self.visit_expr(op.args[0]), packed, *epilogue_inputs]
             inputs += [] if residual is None else [self.visit_expr(residual)]
-            name = "conv2d_bf16_" + "_".join(map(str, layer[:-1])) + "_" + x86_bf16.EPILOGUES[layer.epilogue]
+            name = "conv2d_bf16_" + "_".join(map(str, layer[:-1])) + "_" + x86_bf16.EPILOGUES[epilogue]
             return self.call_template(x86_bf16.conv2d(layer), x86_bf16.CONV_TEMPLATE, list(layer), name, inputs,
                                       (1, *layer.out, layer.co))
 
     rewrite = Rewrite(mod)
     for gvar, func in mod.functions_items():
         if isinstance(func, relax.Function):
-            rewrite.layers = _Layers(func)
+            rewrite.kernels = _Kernels(func)
             rewrite.builder_.update_func(gvar, rewrite.visit_expr(func))
     # the convolutions and adds a kernel took in are left unused
     return relax.transform.DeadCodeElimination()(rewrite.builder_.get())

@@ -126,8 +126,39 @@ def intrinsic(mr: int, nv: int, kt: int) -> tuple[str, str]:
     return intrin, _kernel_ir(name, mr, nv) + "\n" + _DECLARATIONS
 
 
-def matmul(m: int, k: int, n: int) -> Any:
-    """C[m, n] (float32) = A[m, k] (bfloat16) x B, B given packed as (k/2, n, 2) bfloat16 pairs."""
+# what a kernel applies to its sums before it writes them: a bias per output channel, then a ReLU
+# or GELU, or a residual added (before the ReLU for a convolution); the index is a template argument
+EPILOGUES = ("none", "bias", "bias_relu", "bias_add_relu", "bias_gelu", "bias_add")
+
+
+def _with_epilogue(inputs: list, sums: Any, epilogue: int) -> Any:
+    """The function of ``inputs`` and the float32 ``sums`` (its last axis the output channels),
+    with ``EPILOGUES[epilogue]`` applied in a stage ``Z``: its bias and residual inputs follow."""
+    from tvm import topi
+
+    kind = EPILOGUES[epilogue]
+    if kind == "none":
+        return te.create_prim_func([*inputs, sums])
+    shape = [int(d) for d in sums.shape]
+    bias = te.placeholder((shape[-1],), "float32", name="bias")
+    residual = te.placeholder(shape, "float32", name="residual")
+
+    def biased(*index: Any) -> Any:
+        value = sums(*index) + bias[index[-1]]
+        return value + residual(*index) if kind in ("bias_add_relu", "bias_add") else value
+
+    z = te.compute(shape, biased, name="Z")
+    if kind in ("bias_relu", "bias_add_relu"):
+        z = topi.nn.relu(z)
+    elif kind == "bias_gelu":  # with TVM's fast erf, as the model's other GELUs
+        erf = topi.fast_erf(topi.multiply(z, tvm.tirx.const(0.5**0.5, "float32")))
+        z = topi.multiply(z, topi.add(tvm.tirx.const(0.5, "float32"), topi.multiply(erf, tvm.tirx.const(0.5, "float32"))))
+    return te.create_prim_func([*inputs, bias, *([residual] if "add" in kind else []), z])
+
+
+def matmul(m: int, k: int, n: int, epilogue: int = 0) -> Any:
+    """C[m, n] (float32) = A[m, k] (bfloat16) x B, B given packed as (k/2, n, 2) bfloat16 pairs,
+    then ``EPILOGUES[epilogue]``."""
     if k % 2:
         raise AutoTVMError(f"a bfloat16 matmul reads K in pairs: K must be even, got {k}")
     a = te.placeholder((m, k), "bfloat16", name="A")
@@ -135,7 +166,20 @@ def matmul(m: int, k: int, n: int) -> Any:
     kk, kp = te.reduce_axis((0, k // 2), name="kk"), te.reduce_axis((0, 2), name="kp")
     c = te.compute((m, n), lambda i, j: te.sum(a[i, kk * 2 + kp].astype("float32") * b[kk, j, kp].astype("float32"),
                                                axis=[kk, kp]), name="C")
-    return te.create_prim_func([a, b, c])
+    return _with_epilogue([a, b], c, epilogue)
+
+
+def _epilogue_at(sch: tvm.s_tir.Schedule, outer: Any) -> None:
+    """The epilogue, if any, as one stage on each tile of ``outer`` once its sums are done (in
+    cache): its steps inlined into the last."""
+    blocks = sch.get_child_blocks(sch.get_sblock("root"))
+    steps = [b for b in blocks if sch.get(b).name_hint not in ("P", "C", "Y")]
+    if not steps:
+        return
+    for step in steps[:-1]:
+        sch.compute_inline(step)
+    sch.reverse_compute_at(steps[-1], outer)
+    sch.vectorize(sch.get_loops(steps[-1])[-1])
 
 
 def schedule(func: Any, mr: int, nv: int, kt: int) -> tvm.s_tir.Schedule:
@@ -151,6 +195,7 @@ def schedule(func: Any, mr: int, nv: int, kt: int) -> tvm.s_tir.Schedule:
     sch.reorder(io, jo, ko, ii, ji, ki, p)
     outer = sch.fuse(io, jo)
     sch.parallel(outer)
+    _epilogue_at(sch, outer)
     init = sch.decompose_reduction(block, ko)
     sch.vectorize(sch.get_loops(init)[-1])
     _tensorize(sch, ii, outer, mr, nv, kt)
@@ -191,23 +236,20 @@ TEMPLATE = "x86/matmul_bf16"
 
 
 @template(TEMPLATE)
-def matmul_template(m: int, k: int, n: int) -> tuple[Any, list]:
-    """The bfloat16 matmul as an AutoTVM template: its knob is the micro-kernel's tile (rows,
-    columns, pairs of K per call), so every tuner searches them."""
+def matmul_template(m: int, k: int, n: int, epilogue: int = 0) -> tuple[Any, list]:
+    """The bfloat16 matmul as an AutoTVM template (and its epilogue, an index of ``EPILOGUES``):
+    its knob is the micro-kernel's tile (rows, columns, pairs of K per call), so every tuner
+    searches them."""
     cfg = get_config()
     cfg.define_knob("tile", [f"{mr}x{nv}x{kt}" for mr, nv, kt in tiles(m, k, n)])
     cfg.add_flop(2.0 * m * k * n)
     mr, nv, kt = (int(part) for part in cfg["tile"].val.split("x"))
-    return schedule(matmul(m, k, n), mr, nv, kt), []
-
-
-EPILOGUES = ("none", "bias", "bias_relu", "bias_add_relu")  # what follows the convolution in its kernel
+    return schedule(matmul(m, k, n, epilogue), mr, nv, kt), []
 
 
 class Conv2D(NamedTuple):
     """A 2-D convolution layer: input (1, h, w, c) NHWC, co filters of kh x kw, one stride, pads
-    (top, left, bottom, right), and its epilogue (an index of ``EPILOGUES``: a bias per filter,
-    then a ReLU, or the residual added before the ReLU)."""
+    (top, left, bottom, right), and its epilogue (an index of ``EPILOGUES``)."""
 
     h: int
     w: int
@@ -240,6 +282,12 @@ class Conv2D(NamedTuple):
         folded (a zero added to make the last pair)."""
         return (self.kw * self.c + 1) // 2 if self.folded else self.c // 2
 
+    @property
+    def block(self) -> int:
+        """Filters per block of the packed weight (the most of 64, 48, 32, 16 that divides them, or 0
+        where none does): a core reading one block of filters reads contiguous memory."""
+        return next((b for b in (64, 48, 32, 16) if self.co % b == 0), 0)
+
 
 MIN_KT = 16  # the fewest pairs of K a call of the micro-kernel reads when it does not read them all
 
@@ -252,9 +300,12 @@ def conv2d(shape: Conv2D) -> Any:
     is (h + pads, 1, ow, 2 pairs): output pixel x's row of taps, its channels side by side, and
     the convolution has one tap per row of the filter."""
     s, (oh, ow) = shape.stride, shape.out
+    if not shape.block:
+        raise AutoTVMError(f"a bfloat16 convolution computes filters in vectors of 16: got {shape.co} filters")
     x = te.placeholder((1, shape.h, shape.w, shape.c), "float32", name="X")
     kw, steps, width = (1, 1, ow) if shape.folded else (shape.kw, s, ow + (shape.kw - 1) // s)
-    w = te.placeholder((shape.kh, kw, shape.pairs, shape.co, 2), "bfloat16", name="W")
+    blk = shape.block
+    w = te.placeholder((shape.co // blk, shape.kh, kw, shape.pairs, blk, 2), "bfloat16", name="W")
 
     def padded(hh: Any, q: Any, ww: Any, ci: Any) -> Any:
         if shape.folded:
@@ -269,22 +320,9 @@ def conv2d(shape: Conv2D) -> Any:
     r, t = te.reduce_axis((0, shape.kh), name="r"), te.reduce_axis((0, kw), name="t")
     cc, cp = te.reduce_axis((0, shape.pairs), name="cc"), te.reduce_axis((0, 2), name="cp")
     y = te.compute((1, oh, ow, shape.co), lambda n, i, j, o: te.sum(
-        p[i * s + r, t % steps, j + t // steps, cc * 2 + cp].astype("float32") * w[r, t, cc, o, cp].astype("float32"),
+        p[i * s + r, t % steps, j + t // steps, cc * 2 + cp].astype("float32") * w[o // blk, r, t, cc, o % blk, cp].astype("float32"),
         axis=[r, t, cc, cp]), name="Y")
-    epilogue = EPILOGUES[shape.epilogue]
-    if epilogue == "none":
-        return te.create_prim_func([x, w, y])
-    bias = te.placeholder((shape.co,), "float32", name="bias")
-    residual = te.placeholder((1, oh, ow, shape.co), "float32", name="residual")
-
-    def finish(n: Any, i: Any, j: Any, o: Any) -> Any:
-        value = y[n, i, j, o] + bias[o]
-        if epilogue == "bias_add_relu":
-            value = value + residual[n, i, j, o]
-        return te.max(value, tvm.tirx.const(0, "float32")) if epilogue != "bias" else value
-
-    z = te.compute((1, oh, ow, shape.co), finish, name="Z")
-    return te.create_prim_func([x, w, bias, *([residual] if epilogue == "bias_add_relu" else []), z])
+    return _with_epilogue([x, w], y, shape.epilogue)
 
 
 # the loops around the micro-kernel, outermost first, the parallel ones before the "|"
@@ -312,10 +350,7 @@ def conv2d_schedule(func: Any, mr: int, nv: int, kt: int, order: str = "rows") -
     sch.reorder(*[loops[name] for name in parallel + serial], ji, oi, cci, cp)
     outer = sch.fuse(*[loops[name] for name in parallel]) if len(parallel) > 1 else loops[parallel[0]]
     sch.parallel(outer)
-    if "Z" in {sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))}:
-        finish = sch.get_sblock("Z")  # the epilogue, on each tile once its sums are done, in cache
-        sch.reverse_compute_at(finish, outer)
-        sch.vectorize(sch.get_loops(finish)[-1])
+    _epilogue_at(sch, outer)
     init = sch.decompose_reduction(block, loops[serial[0]])
     sch.vectorize(sch.get_loops(init)[-1])
     _tensorize(sch, ji, outer, mr, nv, kt)
@@ -329,8 +364,8 @@ def conv2d_tiles(shape: Conv2D) -> list[tuple[int, int, int]]:
     _, ow = shape.out
     steps = [kt for kt in range(MIN_KT, 129) if shape.pairs % kt == 0] or [shape.pairs]
     found = [(mr, nv, kt) for mr in range(2, 15) for nv in (1, 2, 3, 4) for kt in steps
-             if _fits_registers(mr, nv) and mr * nv >= 8 and ow % mr == 0 and shape.co % (16 * nv) == 0
-             and shape.pairs % kt == 0]
+             if _fits_registers(mr, nv) and mr * nv >= 8 and ow % mr == 0 and shape.block
+             and shape.block % (16 * nv) == 0 and shape.pairs % kt == 0]
     return sorted(found, key=lambda tile: (-tile[0] * tile[1], -tile[2]))
 
 
@@ -341,9 +376,9 @@ def conv2d_fits(shape: Conv2D) -> bool:
 
 
 def pack_conv2d_weight(w: Any) -> Any:
-    """A float32 OHWI weight (co, kh, kw, c) as ``conv2d`` reads it: (kh, kw, c/2, co, 2) bfloat16
-    pairs of input channels, or folded (few channels), (kh, 1, pairs, co, 2) pairs of a row's taps
-    x channels."""
+    """A float32 OHWI weight (co, kh, kw, c) as ``conv2d`` reads it, in blocks of filters
+    (``Conv2D.block``): (co / block, kh, kw, c/2, block, 2) bfloat16 pairs of input channels, or
+    folded (few channels), (co / block, kh, 1, pairs, block, 2) pairs of a row's taps x channels."""
     import ml_dtypes
     import numpy as np
 
@@ -352,8 +387,8 @@ def pack_conv2d_weight(w: Any) -> Any:
     if shape.folded:
         w = np.pad(w.reshape(co, kh, 1, kw * c), [(0, 0), (0, 0), (0, 0), (0, 2 * shape.pairs - kw * c)])
         kw = 1
-    return (w.astype(ml_dtypes.bfloat16).transpose(1, 2, 3, 0).reshape(kh, kw, shape.pairs, 2, co)
-            .transpose(0, 1, 2, 4, 3).copy())
+    blocks = w.astype(ml_dtypes.bfloat16).reshape(co // shape.block, shape.block, kh, kw, shape.pairs, 2)
+    return blocks.transpose(0, 2, 3, 4, 1, 5).copy()
 
 
 CONV_TEMPLATE = "x86/conv2d_nhwc_bf16"
