@@ -152,6 +152,40 @@ def test_a_bfloat16_network_tunes_its_convolutions_and_stays_accurate(tmp_path):
     assert cosine(got, model.torch_outputs()) > 0.9999
 
 
+@pytest.mark.skipif(not HAS_BF16, reason="this CPU has no AVX512-BF16")
+def test_a_transformer_feed_forward_takes_its_gelu_and_residual_into_the_matmuls():
+    """x + down(gelu(up(x))), as BERT's feed-forward: the first matmul takes its bias and GELU,
+    the second its bias and the residual, through the reshapes PyTorch's linear layers export."""
+    import torch
+    from tvm import relax
+    from tvm.relax.frontend.torch import from_exported_program
+
+    class FeedForward(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.up, self.down = torch.nn.Linear(64, 128), torch.nn.Linear(128, 64)
+
+        def forward(self, x):
+            return x + self.down(torch.nn.functional.gelu(self.up(x)))
+
+    torch.manual_seed(0)
+    model, x = FeedForward().eval(), torch.randn(1, 16, 64)
+    with torch.no_grad():
+        expected = model(x).numpy()
+        mod, params = relax.frontend.detach_params(from_exported_program(torch.export.export(model, (x,)),
+                                                                         keep_params_as_input=True))
+    names = [p.name for p in mod["main"].params[1:]]
+    bound = {name: tvm.runtime.tensor(p.numpy()) for name, p in zip(names, params["main"])}
+    tasks = autotvm.task.extract_from_program(mod, HOST, bound, precision="bfloat16")
+    kinds = {t.args: x86_bf16.EPILOGUES[t.args[-1]] for t in tasks if t.name == x86_bf16.TEMPLATE}
+    assert kinds == {(16, 64, 128, 4): "bias_gelu", (16, 128, 64, 5): "bias_add"}
+    assert not [t.name for t in tasks if "gelu" in t.name or "add" in t.name]  # nothing left beside them
+    exe = autotvm.build_program(mod, HOST, bound, precision="bfloat16")
+    got = relax.VirtualMachine(exe, tvm.cpu())["main"](tvm.runtime.tensor(x.numpy()))
+    got = (got[0] if not hasattr(got, "numpy") else got).numpy()
+    np.testing.assert_allclose(got, expected, rtol=0, atol=2e-2 * np.abs(expected).max())
+
+
 def test_bfloat16_on_a_cpu_without_avx512_bf16_is_one_line():
     from tools.models import model_tasks
 

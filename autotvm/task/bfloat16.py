@@ -32,7 +32,7 @@ def _static_shape(expr: Any) -> list[int] | None:
 
 
 def _constant(expr: Any) -> np.ndarray | None:
-    """A float32 constant's value."""
+    """A float32 constant's value (None for anything else, None included)."""
     return expr.value.numpy() if isinstance(expr, tvm.ir.expr.Constant) and expr.ty.dtype == "float32" else None
 
 
@@ -111,17 +111,18 @@ class _Kernels:
         """The epilogue after ``op``: a bias (``add`` of a constant), then a ReLU or a GELU, or a
         residual added (then a ReLU, or not)."""
         biased, add = self._only_user(var)
-        bias = _addend(add, var)
-        if bias is None or _constant(bias) is None or _constant(bias).size != channels:
+        bias = _constant(_addend(add, var))  # one per output channel, broadcast over the rest
+        if bias is None or bias.size != channels or bias.shape[-1] != channels:
             self.ends[op] = (layer, op, None, None, "none")
             return
-        bias = _constant(bias).reshape(channels)
+        bias = bias.reshape(channels)
         end, kind, residual = add, "bias", None
         shaped, after_var, after = self._past_reshapes(biased)  # (m, n) back to the model's shape
-        if _op(after, "nn.relu") or _op(after, "nn.gelu"):
+        shape = _static_shape(after)
+        if shape is not None and (_op(after, "nn.relu") or _op(after, "nn.gelu")):
             end, kind = after, "bias_relu" if _op(after, "nn.relu") else "bias_gelu"
-        elif (other := _addend(after, shaped)) is not None and _constant(other) is None \
-                and _static_shape(other) == _static_shape(after) and not self._claimed(after):
+        elif shape is not None and (other := _addend(after, shaped)) is not None and _constant(other) is None \
+                and _static_shape(other) == shape and not self._claimed(after):
             end, kind, residual = after, "bias_add", other
             _, relu = self._only_user(after_var)
             if _op(relu, "nn.relu") and not self._claimed(relu):
