@@ -12,7 +12,9 @@ weight's packing, done once). C accumulates in float32.
 
 A convolution (NHWC) is the same product, one filter tap at a time: for a tap, ``mr`` adjacent
 output pixels of a row read ``mr`` input pixels ``stride`` apart, a matrix with row stride
-``stride * C`` once the padded input is laid out as ``(H, stride, W / stride, C)``.
+``stride * C`` once the padded input is laid out as ``(H, stride, W / stride, C)``. Both
+templates take what follows the product into the same kernel (``EPILOGUES``: a bias, a ReLU or
+GELU, a residual), applied to each tile while it is in cache.
 """
 
 from __future__ import annotations
@@ -272,8 +274,8 @@ class Conv2D(NamedTuple):
 
     @property
     def folded(self) -> bool:
-        """Too few input channels to feed the micro-kernel one filter tap at a time (fewer than
-        ``MIN_KT`` pairs; the RGB image's first layer): a row's taps are folded into the channels."""
+        """Input channels that do not come in whole calls of the micro-kernel (their pairs not a
+        multiple of ``MIN_KT``; the RGB image's first layer): a row's taps are folded into them."""
         return self.c % 2 == 1 or (self.c // 2) % MIN_KT != 0
 
     @property
