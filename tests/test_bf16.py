@@ -152,13 +152,50 @@ def test_a_bfloat16_network_tunes_its_convolutions_and_stays_accurate(tmp_path):
     assert cosine(got, model.torch_outputs()) > 0.9999
 
 
+def _bound_program(model, x):
+    """(Relax module of a PyTorch module, its weights by name, its float32 output)."""
+    import torch
+    from tvm import relax
+    from tvm.relax.frontend.torch import from_exported_program
+
+    with torch.no_grad():
+        expected = model(x).numpy()
+        mod, params = relax.frontend.detach_params(from_exported_program(torch.export.export(model, (x,)),
+                                                                         keep_params_as_input=True))
+    names = [p.name for p in mod["main"].params[1:]]
+    return mod, {name: tvm.runtime.tensor(p.numpy()) for name, p in zip(names, params["main"])}, expected
+
+
+@pytest.mark.skipif(not HAS_BF16, reason="this CPU has no AVX512-BF16")
+def test_a_downsampling_block_gives_the_residual_add_to_one_of_its_two_convolutions():
+    """relu(bn(conv3x3(x)) + bn(conv1x1(x))): both addends are convolutions with a bias; one takes
+    the residual add and the ReLU in, the other only its bias, and neither stays float32."""
+    import torch
+    from torch import nn
+
+    class Downsample(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = nn.Sequential(nn.Conv2d(32, 64, 3, 2, 1, bias=False), nn.BatchNorm2d(64))
+            self.short = nn.Sequential(nn.Conv2d(32, 64, 1, 2, 0, bias=False), nn.BatchNorm2d(64))
+
+        def forward(self, x):
+            return torch.relu(self.body(x) + self.short(x))
+
+    torch.manual_seed(0)
+    mod, bound, _ = _bound_program(Downsample().eval(), torch.randn(1, 32, 16, 16))
+    tasks = autotvm.task.extract_from_program(mod, HOST, bound, precision="bfloat16")
+    kinds = sorted(x86_bf16.EPILOGUES[t.args[-1]] for t in tasks if t.name == x86_bf16.CONV_TEMPLATE)
+    assert kinds == ["bias", "bias_add_relu"]
+    assert not [t.name for t in tasks if "conv2d" in t.name and t.name != x86_bf16.CONV_TEMPLATE]
+
+
 @pytest.mark.skipif(not HAS_BF16, reason="this CPU has no AVX512-BF16")
 def test_a_transformer_feed_forward_takes_its_gelu_and_residual_into_the_matmuls():
     """x + down(gelu(up(x))), as BERT's feed-forward: the first matmul takes its bias and GELU,
     the second its bias and the residual, through the reshapes PyTorch's linear layers export."""
     import torch
     from tvm import relax
-    from tvm.relax.frontend.torch import from_exported_program
 
     class FeedForward(torch.nn.Module):
         def __init__(self) -> None:
@@ -170,12 +207,7 @@ def test_a_transformer_feed_forward_takes_its_gelu_and_residual_into_the_matmuls
 
     torch.manual_seed(0)
     model, x = FeedForward().eval(), torch.randn(1, 16, 64)
-    with torch.no_grad():
-        expected = model(x).numpy()
-        mod, params = relax.frontend.detach_params(from_exported_program(torch.export.export(model, (x,)),
-                                                                         keep_params_as_input=True))
-    names = [p.name for p in mod["main"].params[1:]]
-    bound = {name: tvm.runtime.tensor(p.numpy()) for name, p in zip(names, params["main"])}
+    mod, bound, expected = _bound_program(model, x)
     tasks = autotvm.task.extract_from_program(mod, HOST, bound, precision="bfloat16")
     kinds = {t.args: x86_bf16.EPILOGUES[t.args[-1]] for t in tasks if t.name == x86_bf16.TEMPLATE}
     assert kinds == {(16, 64, 128, 4): "bias_gelu", (16, 128, 64, 5): "bias_add"}

@@ -19,45 +19,22 @@ import tvm
 from tvm import relax
 
 from . import x86_bf16
-
-
-def _static_shape(expr: Any) -> list[int] | None:
-    """A float32 tensor's shape when every dimension is known."""
-    ty = getattr(expr, "ty", None)
-    shape = getattr(ty, "shape", None)
-    if getattr(ty, "dtype", None) != "float32" or shape is None or not all(
-            isinstance(getattr(d, "value", None), int) for d in shape.values):
-        return None
-    return [int(d) for d in shape.values]
-
-
-def _constant(expr: Any) -> np.ndarray | None:
-    """A float32 constant's value (None for anything else, None included)."""
-    return expr.value.numpy() if isinstance(expr, tvm.ir.expr.Constant) and expr.ty.dtype == "float32" else None
-
-
-def _op(expr: Any, name: str) -> bool:
-    return isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == "relax." + name
+from .relax_calls import constant, is_op, nhwc_conv2d, static_shape
 
 
 def _conv_layer(call: Any) -> x86_bf16.Conv2D | None:
     """The micro-kernel's form of a ``conv2d`` call it can compute, without its epilogue."""
-    shape, w, attrs = _static_shape(call.args[0]), _constant(call.args[1]), call.attrs
-    if shape is None or w is None:
+    conv = nhwc_conv2d(call)
+    if conv is None or conv.shape[0] != 1:
         return None
-    strides, dilation = [int(v) for v in attrs.strides], [int(v) for v in attrs.dilation]
-    if (str(attrs.data_layout) != "NHWC" or str(attrs.kernel_layout) != "OHWI" or str(attrs.out_layout) != "NHWC"
-            or int(attrs.groups) != 1 or dilation != [1, 1] or strides[0] != strides[1] or shape[0] != 1
-            or w.shape[3] != shape[3]):
-        return None
-    layer = x86_bf16.Conv2D(shape[1], shape[2], shape[3], w.shape[0], w.shape[1], w.shape[2], strides[0],
-                            *[int(v) for v in attrs.padding])
+    (_, h, w, c), (co, kh, kw, _) = conv.shape, conv.weight.value.shape
+    layer = x86_bf16.Conv2D(h, w, c, int(co), int(kh), int(kw), conv.stride, *conv.padding)
     return layer if x86_bf16.conv2d_fits(layer) else None
 
 
 def _matmul_shape(call: Any) -> tuple[int, int, int] | None:
     """(m, k, n) of a ``matmul(x, W)`` the micro-kernel can compute (x's leading axes as rows)."""
-    shape, w = _static_shape(call.args[0]), _constant(call.args[1])
+    shape, w = static_shape(call.args[0]), constant(call.args[1])
     if shape is None or w is None or w.ndim != 2 or shape[-1] != w.shape[0]:
         return None
     m, (k, n) = int(np.prod(shape[:-1])), w.shape
@@ -81,12 +58,13 @@ class _Kernels:
         for var in _vars_in(func.body.body):
             self.users.setdefault(var, []).append(None)
         self.ends: dict[Any, tuple] = {}
+        self.taken: list = []  # the calls a kernel takes in: no other kernel takes them in too
         for var, value in self.value.items():
-            if _op(value, "nn.conv2d"):
+            if is_op(value, "nn.conv2d"):
                 layer = _conv_layer(value)
                 channels = None if layer is None else layer.co
             else:
-                layer = _matmul_shape(value) if _op(value, "matmul") else None
+                layer = _matmul_shape(value) if is_op(value, "matmul") else None
                 channels = None if layer is None else layer[2]
             if layer is not None:
                 self._chain(var, value, layer, channels)
@@ -99,40 +77,41 @@ class _Kernels:
         """(the last of the reshapes that alone read ``var`` in a row, or ``var``; its only user's
         variable and value)."""
         user_var, user = self._only_user(var)
-        while _op(user, "reshape"):
+        while is_op(user, "reshape"):
             var = user_var
             user_var, user = self._only_user(var)
         return var, user_var, user
 
     def _claimed(self, call: Any) -> bool:
-        return any(k.same_as(call) for k in self.ends)
+        return any(k.same_as(call) for k in self.taken)
 
     def _chain(self, var: Any, op: Any, layer: Any, channels: int) -> None:
         """The epilogue after ``op``: a bias (``add`` of a constant), then a ReLU or a GELU, or a
         residual added (then a ReLU, or not)."""
         biased, add = self._only_user(var)
-        bias = _constant(_addend(add, var))  # one per output channel, broadcast over the rest
-        if bias is None or bias.size != channels or bias.shape[-1] != channels:
+        bias = constant(_addend(add, var))  # one per output channel, broadcast over the rest
+        if bias is None or bias.size != channels or bias.shape[-1] != channels or self._claimed(add):
             self.ends[op] = (layer, op, None, None, "none")
             return
         bias = bias.reshape(channels)
         end, kind, residual = add, "bias", None
         shaped, after_var, after = self._past_reshapes(biased)  # (m, n) back to the model's shape
-        shape = _static_shape(after)
-        if shape is not None and (_op(after, "nn.relu") or _op(after, "nn.gelu")):
-            end, kind = after, "bias_relu" if _op(after, "nn.relu") else "bias_gelu"
-        elif shape is not None and (other := _addend(after, shaped)) is not None and _constant(other) is None \
-                and _static_shape(other) == shape and not self._claimed(after):
+        shape = static_shape(after)
+        if shape is not None and (is_op(after, "nn.relu") or is_op(after, "nn.gelu")):
+            end, kind = after, "bias_relu" if is_op(after, "nn.relu") else "bias_gelu"
+        elif shape is not None and (other := _addend(after, shaped)) is not None and constant(other) is None \
+                and static_shape(other) == shape and not self._claimed(after):  # the other addend's kernel took it
             end, kind, residual = after, "bias_add", other
             _, relu = self._only_user(after_var)
-            if _op(relu, "nn.relu") and not self._claimed(relu):
+            if is_op(relu, "nn.relu"):
                 end, kind = relu, "bias_add_relu"
+        self.taken += [add] + ([after] if end is not add else []) + ([end] if end is not after else [])
         self.ends[end] = (layer, op, bias, residual, kind)
 
 
 def _addend(call: Any, var: Any) -> Any:
     """The other operand of ``add(var, other)`` or ``add(other, var)``."""
-    if not _op(call, "add") or len(call.args) != 2 or not any(a.same_as(var) for a in call.args):
+    if not is_op(call, "add") or len(call.args) != 2 or not any(a.same_as(var) for a in call.args):
         return None
     return next(a for a in call.args if not a.same_as(var))
 
@@ -157,9 +136,10 @@ def to_bfloat16(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
                 return super().visit_call_(call)
             layer, op, bias, residual, epilogue = end
             inputs = [] if bias is None else [relax.const(tvm.runtime.tensor(bias.astype(np.float32)))]
-            out = (self.conv2d if _op(op, "nn.conv2d") else self.matmul)(
+            out = (self.conv2d if is_op(op, "nn.conv2d") else self.matmul)(
                 layer, op, inputs, residual, x86_bf16.EPILOGUES.index(epilogue))
-            return relax.op.reshape(out, _static_shape(call))  # the shape the chain ended in
+            shape = static_shape(call)  # the shape the chain ended in
+            return out if static_shape(out) == shape else relax.op.reshape(out, shape)
 
         def call_template(self, func: Any, template: str, args: list[int], name: str, inputs: list,
                           out_shape: tuple) -> Any:
@@ -172,7 +152,7 @@ def to_bfloat16(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
                    epilogue: int) -> Any:
             (m, k, n), x = layer, self.visit_expr(op.args[0])
             rows = self.builder_.emit(relax.op.astype(relax.op.reshape(x, (m, k)), "bfloat16"))
-            packed = relax.const(tvm.runtime.tensor(x86_bf16.pack_matmul_weight(_constant(op.args[1]))))
+            packed = relax.const(tvm.runtime.tensor(x86_bf16.pack_matmul_weight(constant(op.args[1]))))
             if residual is not None:
                 epilogue_inputs.append(self.builder_.emit(relax.op.reshape(self.visit_expr(residual), (m, n))))
             name = f"matmul_bf16_{m}x{k}x{n}_{x86_bf16.EPILOGUES[epilogue]}"
@@ -182,7 +162,7 @@ def to_bfloat16(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
         def conv2d(self, layer: x86_bf16.Conv2D, op: Any, epilogue_inputs: list, residual: Any,
                    epilogue: int) -> Any:
             layer = layer._replace(epilogue=epilogue)
-            packed = relax.const(tvm.runtime.tensor(x86_bf16.pack_conv2d_weight(_constant(op.args[1]))))
+            packed = relax.const(tvm.runtime.tensor(x86_bf16.pack_conv2d_weight(constant(op.args[1]))))
             inputs = [self.visit_expr(op.args[0]), packed, *epilogue_inputs]
             inputs += [] if residual is None else [self.visit_expr(residual)]
             name = "conv2d_bf16_" + "_".join(map(str, layer[:-1])) + "_" + x86_bf16.EPILOGUES[epilogue]

@@ -22,6 +22,8 @@ import numpy as np
 import tvm
 from tvm import relax, te, topi
 
+from .relax_calls import nhwc_conv2d
+
 TILE = 4  # m of F(m x m, 3 x 3) on large maps
 SMALL_MAP_TILE, SMALL_MAP = 2, 14  # m on maps at most SMALL_MAP wide (see ``tile_for``)
 
@@ -100,20 +102,8 @@ def winograd_nhwc(data: te.Tensor, packed_weight: te.Tensor, padding: tuple[int,
 
 def _eligible(call: relax.Call) -> bool:
     """A float32 NHWC/OHWI 3x3 stride-1, undilated, ungrouped conv2d of static shape whose weight is a constant."""
-    if not isinstance(call.op, tvm.ir.Op) or call.op.name != "relax.nn.conv2d":
-        return False
-    attrs, (data, weight) = call.attrs, call.args
-    if not isinstance(weight, tvm.ir.expr.Constant) or attrs.groups != 1:
-        return False
-    if (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != ("NHWC", "OHWI", "NHWC"):
-        return False
-    if [int(s) for s in attrs.strides] != [1, 1] or [int(d) for d in attrs.dilation] != [1, 1]:
-        return False
-    data_type = data.ty
-    shape = getattr(data_type, "shape", None)
-    static = shape is not None and all(isinstance(getattr(d, "value", None), int) for d in shape.values)
-    return (static and tuple(weight.value.shape[1:3]) == (3, 3) and str(weight.value.dtype) == "float32"
-            and data_type.dtype == "float32" and str(attrs.out_dtype) in ("None", "", "float32", "void"))
+    conv = nhwc_conv2d(call)
+    return conv is not None and conv.stride == 1 and tuple(conv.weight.value.shape[1:3]) == (3, 3)
 
 
 @relax.expr_functor.mutator
