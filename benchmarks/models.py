@@ -2,6 +2,7 @@
 
     python benchmarks/models.py --out results/models.md                    # the CPU configs
     python benchmarks/models.py --configs configs/cuda-*.json --precisions float32,float16
+    python benchmarks/models.py --set autotuner_settings.time_budget=120   # a shorter tune of each
 
 For each config and precision: ``driver.py -m=tune`` (its wall time is the tuning time), then
 ``driver.py -m=benchmark``, each in its own process so that no runtime's threads outlive its
@@ -40,6 +41,14 @@ def _driver(method: str, config: str, overrides: list[str]) -> float | None:
     return time.perf_counter() - start
 
 
+def _records(log: str) -> int | None:
+    """Trials in a model's log (one record each), the budget or time budget may have stopped short."""
+    if not os.path.exists(log):
+        return None
+    with open(log, encoding="utf-8") as handle:
+        return sum(1 for line in handle if line.strip())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--configs", nargs="+", default=sorted(p for p in glob.glob(os.path.join(ROOT, "configs", "*.json"))
@@ -47,6 +56,9 @@ def main() -> None:
     parser.add_argument("--precisions", default=None,
                         help="comma-separated precisions to run each config in (default: each config's own)")
     parser.add_argument("--out", default="results/models.md")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a key of every config, as driver.py --set does (repeatable), e.g. "
+                             "autotuner_settings.time_budget=120")
     args = parser.parse_args()
     rows, device = [], ""
     for path in args.configs:
@@ -55,8 +67,8 @@ def main() -> None:
         own = config.get("run_settings", {}).get("precision", "float32")
         for precision in (args.precisions.split(",") if args.precisions else [own]):
             name = settings.get("save_name", "tuning") + ("" if precision == own else f"-{SHORT[precision]}")
-            overrides = [] if precision == own else [f"run_settings.precision={precision}",
-                                                     f"autotuner_settings.save_name={name}"]
+            overrides = args.set + ([] if precision == own else [f"run_settings.precision={precision}",
+                                                                 f"autotuner_settings.save_name={name}"])
             tune_s = _driver("tune", path, overrides)
             time.sleep(1)
             if tune_s is None or _driver("benchmark", path, overrides) is None:
@@ -73,7 +85,8 @@ def main() -> None:
                 rows.append([model["name"], precision, others, tuned["median_ms"] if tuned else None,
                              tuned["speedup_over_eager"] if tuned else None,
                              f"{tuned['speedup_over_fastest_other']:.2f} ({tuned['fastest_other']})" if tuned else "-",
-                             settings.get("model_trials"), round(tune_s)])
+                             _records(os.path.join(settings.get("save_path", "results"), f"{name}-{model['name']}.json")),
+                             round(tune_s)])
     headers = ["model", "precision", "other runtimes, median ms (precision)", "tvm-tuned ms", "x eager",
                "x fastest other", "trials", "tune s"]
     table = tabulate.tabulate(rows, headers=headers, tablefmt="github", floatfmt=".3f", missingval="-")

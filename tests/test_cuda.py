@@ -1,4 +1,8 @@
-"""CUDA: tune a real operator on the GPU. Skipped cleanly where no GPU is present."""
+"""CUDA: tune and build on the GPU, and benchmark against PyTorch on the same GPU. Skipped cleanly
+where no GPU is present (``pytest -m cuda`` selects them)."""
+
+import json
+import os
 
 import pytest
 import tvm
@@ -7,18 +11,59 @@ import autotvm
 from autotvm.tuner import RandomTuner, XGBTuner
 
 from conftest import matmul_primfunc
+from test_driver import driver
 
 HAS_GPU = tvm.cuda(0).exist
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not HAS_GPU, reason="no CUDA GPU on this machine")]
+BUILDS = min(16, os.cpu_count() or 1)
 
 
 @pytest.mark.parametrize("tuner_cls", [RandomTuner, XGBTuner])
 def test_tune_matmul_on_cuda(tuner_cls, tmp_path):
+    """Every trial is a kernel that ran on the GPU and matched the untuned program's output."""
     task = autotvm.task.create_from_primfunc(matmul_primfunc(256, 256, 256), "cuda", name="mm256")
-    opt = autotvm.measure_option(autotvm.LocalBuilder(n_parallel=4, timeout=30),
+    opt = autotvm.measure_option(autotvm.LocalBuilder(n_parallel=BUILDS, timeout=30),
                                  autotvm.LocalRunner(number=5, repeat=3, timeout=10, check_correctness=True))
     tuner = tuner_cls(task, seed=0)
     tuner.tune(16, opt, callbacks=[autotvm.callback.log_to_file(str(tmp_path / "cuda.json"))])
     assert len(tuner.history) == 16
-    assert tuner.best_flops > 0
+    assert all(row["error_no"] == 0 for row in tuner.history), [row["error_no"] for row in tuner.history]
+    assert tuner.best_flops > 1e9  # a 256^3 matmul under 33 us: a GPU, not a host function
+
+
+@pytest.mark.parametrize("precision,model", [
+    ("float32", {"name": "cnn", "type": "torch", "model": "cnn", "width": 16, "image_size": 32, "batch": 1}),
+    ("float16", {"name": "mlp", "type": "torch", "model": "mlp", "width": 256, "batch": 16}),
+])
+def test_a_small_model_tunes_and_benchmarks_on_the_gpu_against_pytorch_on_the_gpu(tmp_path, precision, model):
+    """driver.py -m=tune then -m=benchmark with a cuda target: the tuned build matches PyTorch,
+    and every row was timed on the GPU in the run's precision."""
+    config = {"models": [model], "target": "cuda",
+              "autotuner_settings": {"tuner": "ga-dqn", "model_trials": 16, "trials": 16, "n_parallel": BUILDS,
+                                     "number": 5, "repeat": 3, "timeout": 30, "save_path": str(tmp_path),
+                                     "save_name": "t"},
+              "run_settings": {"precision": precision, "repeat": 3, "variants": ["pytorch-eager", "tvm-tuned"]}}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    for method in ("tune", "benchmark"):
+        result = driver(f"-m={method}", f"-c={path}", timeout=240)
+        assert result.returncode == 0, result.stdout[-1500:] + result.stderr[-1500:]
+    rows = json.loads((tmp_path / "t-benchmark.json").read_text())
+    assert {r["variant"] for r in rows} == {"pytorch-eager", "tvm-tuned"}
+    assert all(r["device"] == str(tvm.cuda(0).device_name) and r["precision"] == precision for r in rows)
+    assert all(r["matches_pytorch"] for r in rows), rows
+
+
+def test_pytorch_runs_on_the_gpu_in_the_run_precision():
+    import torch
+
+    from tools.models import load_model
+    from tools.runtimes import Placement, prepare
+
+    model = load_model({"name": "mlp", "type": "torch", "model": "mlp", "width": 64, "batch": 4})
+    before = torch.cuda.memory_allocated()
+    runtime = prepare("pytorch-eager", model, Placement("cuda", 1, "float16"))
+    assert torch.cuda.memory_allocated() > before  # the module's weights went to the GPU
+    runtime.call()
+    assert runtime.precision == "float16" and all(out.dtype.kind == "f" for out in runtime.outputs())

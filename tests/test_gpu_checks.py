@@ -245,3 +245,13 @@ def test_pytorch_runs_on_the_gpu_in_the_runs_precision():
         assert out.is_cuda and out.dtype == {"float32": torch.float32, "float16": torch.float16}[precision]
         assert runtime.precision == precision
     assert not torch.backends.cuda.matmul.allow_tf32  # float32 on the GPU is float32, as TVM's kernels
+
+
+def test_the_correctness_reference_of_a_cuda_task_is_a_gpu_kernel(cuda_task):
+    """check_correctness compares each config with the untuned program: for a GPU its loops are
+    bound to threads, or TVM compiles it for the host, which would be handed the GPU's pointers."""
+    from autotvm.measure.local import reference_module
+
+    assert [m.kind for m in tvm.compile(cuda_task.default_module(), target=cuda_task.target).mod.imports] == []
+    lib = tvm.compile(reference_module(cuda_task), target=cuda_task.target)
+    assert [m.kind for m in lib.mod.imports] == ["cuda"]

@@ -107,3 +107,20 @@ def test_every_tuner_proposes_enqueued_configs_first(name):
     fresh = [i for i in (511, 300, 77) if i not in tuner.visited]
     tuner.enqueue([task.config_space.get(i) for i in [fresh[0], next(iter(tuner.visited)), fresh[1]]])
     assert [c.index for c in tuner.next_batch(3)][:2] == fresh[:2]  # the visited one is passed over
+
+
+def test_a_time_budget_ends_the_tuning_after_the_round_in_flight():
+    import time
+
+    class SlowTuner(SyntheticRandomTuner):
+        def tune(self, n_trial, measure_option, early_stopping=None, callbacks=()):
+            time.sleep(0.2)  # a round that takes 0.2 s
+            super().tune(n_trial, measure_option, early_stopping, callbacks)
+
+    tasks = [_task("a", 1), _task("b", 1)]
+    scheduler = TaskScheduler(tasks, [SlowTuner(t, seed=0) for t in tasks], model_trials=200, per_task_trials=100,
+                              round_trials=8)
+    start = time.perf_counter()
+    scheduler.tune(measure_option={}, time_budget=0.5)
+    assert 0.5 <= time.perf_counter() - start < 0.5 + 0.3  # the round begun before 0.5 s ends, no other
+    assert scheduler.used == 8 * 3

@@ -111,16 +111,19 @@ def _prepare(variant: str, spec: ModelSpec, model: Any, mod: Any, params: dict, 
         except RuntimeUnavailable as why:
             print(f"note: {spec.name}: {variant} skipped: {why}")
             return None
-        if profile and variant in RUNTIME_PROFILES and where.device == "cpu":  # its own profile, beside TVM's
-            _write_profile(out_dir, log, variant, "txt", RUNTIME_PROFILES[variant](model, where.threads))
+        if profile and variant in RUNTIME_PROFILES:  # its own profile, beside TVM's
+            _write_profile(out_dir, log, variant, "txt", RUNTIME_PROFILES[variant](model, where))
         return runtime
     if variant == "tvm-tuned" and not os.path.exists(log):
         print(f"note: {spec.name}: tvm-tuned skipped: no records at {log}; run -m=tune first")
         return None
     with autotvm.apply_history_best(log) if variant == "tvm-tuned" else contextlib.nullcontext():
         exe = build_model(spec, mod, params, target, where.precision)
+        # a GPU build replays its kernels as one CUDA graph: the profile times a build that launches each
+        profiled = build_model(spec, mod, params, target, where.precision, cuda_graph=False) if (
+            where.device == "cuda" and (profile or variant == "tvm-tuned")) else exe
     if profile or variant == "tvm-tuned":
-        times = function_times(exe, target, model)
+        times = function_times(profiled, target, model)
         if profile:
             _write_profile(out_dir, log, variant, "csv", format_profile(times))
         if variant == "tvm-tuned":

@@ -69,6 +69,7 @@ SCHEMA: dict = {
                 "model_trials": _with({"oneOf": [{"type": "null"}, _TRIALS]}, None),
                 "task_scheduler": _with({"enum": list(STRATEGIES)}, "gradient"),
                 "early_stopping": _with({"oneOf": [{"type": "null"}, _POSITIVE_INT]}, None),
+                "time_budget": _with({"oneOf": [{"type": "null"}, {"type": "number", "exclusiveMinimum": 0}]}, None),
                 "number": _with(_POSITIVE_INT, 3), "repeat": _with(_POSITIVE_INT, 3),
                 "min_repeat_ms": _with({"type": "integer", "minimum": 0}, 0),
                 "n_parallel": _with(_POSITIVE_INT, os.cpu_count() or 1),

@@ -32,6 +32,7 @@ class TuningSettings:
     model_trials: int | None
     task_scheduler: str
     early_stopping: int | None
+    time_budget: float | None  # seconds of tuning per model; None: no limit
     number: int
     repeat: int
     min_repeat_ms: int

@@ -202,28 +202,38 @@ def accuracy(runtime: Runtime, expected: list, run: Any) -> dict:
     return {"max_rel_error": error, "cosine": similarity, "matches_pytorch": ok}
 
 
-def profile_pytorch(model: Any, threads: int, runs: int = 10, rows: int = 25) -> str:
+def profile_pytorch(model: Any, where: Any, runs: int = 10, rows: int = 25) -> str:
     """PyTorch eager's own profile (``torch.profiler``), grouped by input shape: its operators'
-    time per call, to set beside a TVM build's ``function_times``."""
+    time per call where the benchmark runs it (``where``, a ``runtimes.Placement``: on a GPU, in
+    the run's precision, sorted by the time of its CUDA kernels), to set beside a TVM build's
+    ``function_times``."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    torch.set_num_threads(threads)
+    from .runtimes import torch_module_and_inputs
+
+    torch.set_num_threads(where.threads)
+    module, inputs = torch_module_and_inputs(model, where)
+    gpu = where.device == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
     with torch.no_grad():
         for _ in range(5):
-            model.module(*model.inputs)
-        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+            module(*inputs)
+        with profile(activities=activities, record_shapes=True) as prof:
             for _ in range(runs):
-                model.module(*model.inputs)
+                module(*inputs)
+            if gpu:
+                torch.cuda.synchronize()
     return prof.key_averages(group_by_input_shape=True).table(
-        sort_by="self_cpu_time_total", row_limit=rows, max_name_column_width=30, max_shapes_column_width=60)
+        sort_by="self_device_time_total" if gpu else "self_cpu_time_total", row_limit=rows,
+        max_name_column_width=30, max_shapes_column_width=60)
 
 
-def profile_openvino(model: Any, threads: int, runs: int = 10, rows: int = 25) -> str:
+def profile_openvino(model: Any, where: Any, runs: int = 10, rows: int = 25) -> str:
     """OpenVINO's performance counters summed per layer type (ms per inference, with the kernels
     it chose and their precision), compiled as the benchmark's ``openvino`` variant (its default
     precision)."""
-    request = openvino_model(model, threads, None, {"PERF_COUNT": "YES"}).create_infer_request()
+    request = openvino_model(model, where.threads, None, {"PERF_COUNT": "YES"}).create_infer_request()
     inputs = [x.numpy() for x in model.inputs]
     for _ in range(5):
         request.infer(inputs)

@@ -44,7 +44,15 @@ def format_summary(rows: list[dict]) -> str:
                                                    "time s"], colalign=("left", "left") + ("right",) * 5)]
     lines.append("calls: times the model calls the function per inference; configs: the size of its design space")
     total = sum(r["seconds"] for r in rows)
-    lines.append(f"total tuning time: {total:.1f} s")
+    trials = sum(r["trials"] - r.get("resumed", 0) for r in rows)
+    lines.append(f"total tuning time: {total:.1f} s" + (f", {trials} trials measured ({trials / total:.2f} a second)"
+                                                        if trials and total else ""))
+    phases = {name: sum(r.get(f"{key}_seconds", 0.0) for r in rows)
+              for name, key in (("proposing", "propose"), ("checking against the target", "check"),
+                                ("building", "build"), ("running", "run"))}
+    if total and any(phases.values()):  # where a trial's time goes (the rest: logging, switching tasks)
+        lines.append("where the time went: " + ", ".join(f"{name} {seconds:.1f} s ({100 * seconds / total:.0f}%)"
+                                                          for name, seconds in phases.items() if seconds))
     rejected = sum(r.get("rejected", 0) for r in rows)
     if rejected:  # GPU targets: configs over the device's limits, skipped before building
         lines.append(f"configs the target rejected before building (not trials): {rejected}")

@@ -48,19 +48,24 @@ def tune_model(name: str, tasks: list, settings: TuningSettings, option: dict,
     if settings.model_trials is None:
         print(f"== {name}: {len(tasks)} tasks, {settings.tuner} tuner, {settings.trials} trials each, log {log}",
               flush=True)
-        states = [_tune_in_turn(i, task, tuner, done, settings, option, log_callback, len(tasks))
+        deadline = time.monotonic() + (settings.time_budget if settings.time_budget is not None else float("inf"))
+        states = [_tune_in_turn(i, task, tuner, done, settings, option, log_callback, len(tasks),
+                                time.monotonic() < deadline)
                   for i, (task, tuner, done) in enumerate(zip(tasks, tuners, loaded))]
     else:
         states = _tune_scheduled(name, tasks, tuners, loaded, settings, option, log_callback, log, on_round)
     return [{"model": name, "task": s.task.name, "weight": s.task.weight, "configs": s.task.config_space.range_length,
              "trials": s.trials, "resumed": done, "best_gflops": s.tuner.best_flops / 1e9, "seconds": s.seconds,
-             "rejected": s.tuner.rejected} for s, done in zip(states, loaded)]
+             "rejected": s.tuner.rejected, "propose_seconds": s.tuner.tuner_seconds,
+             **{f"{phase}_seconds": seconds for phase, seconds in s.tuner.phase_seconds.items()}}
+            for s, done in zip(states, loaded)]
 
 
 def _tune_in_turn(i: int, task: Any, tuner: Any, done: int, settings: TuningSettings, option: dict,
-                  log_callback: Any, n_tasks: int) -> TaskState:
+                  log_callback: Any, n_tasks: int, in_time: bool = True) -> TaskState:
+    """One task's ``trials``; none once the model's ``time_budget`` has passed (``in_time`` false)."""
     state = TaskState(task, tuner, min(settings.trials, task.config_space.range_length), trials=done)
-    remaining = state.cap - done
+    remaining = state.cap - done if in_time else 0
     start = time.perf_counter()
     if remaining > 0:
         bar = autotvm.callback.progress_bar(remaining, prefix=f"[{i + 1}/{n_tasks}] {task.name}")
@@ -80,8 +85,9 @@ def _tune_scheduled(name: str, tasks: list, tuners: list, loaded: list, settings
     tunable = sum(1 for s in scheduler.states if s.task.config_space.range_length > 1)
     budget = min(settings.model_trials, sum(s.cap for s in scheduler.states if s.cap > 1))
     print(f"== {name}: {len(tasks)} tasks ({tunable} tunable), {settings.tuner} tuner, {settings.model_trials} "
-          f"trials for the model ({settings.task_scheduler} task scheduler, at most {settings.trials} per task), "
-          f"log {log}", flush=True)
+          f"trials for the model ({settings.task_scheduler} task scheduler, at most {settings.trials} per task)"
+          + (f", at most {settings.time_budget:g} s" if settings.time_budget is not None else "")
+          + f", log {log}", flush=True)
     bar = tqdm(total=budget, initial=min(scheduler.used, budget), desc=name, unit="trial", dynamic_ncols=True)
 
     def after_round(state: TaskState, measured: int) -> None:
@@ -91,7 +97,7 @@ def _tune_scheduled(name: str, tasks: list, tuners: list, loaded: list, settings
             on_round(scheduler.used)
 
     try:
-        scheduler.tune(option, settings.early_stopping, [log_callback], after_round)
+        scheduler.tune(option, settings.early_stopping, [log_callback], after_round, settings.time_budget)
     finally:
         bar.close()
     return scheduler.states

@@ -210,7 +210,7 @@ class LocalRunner:
         if self._tracker() is None and not device_exists(task.target):
             raise AutoTVMError(f"task {task.name!r} targets CUDA but this machine has no CUDA GPU; measure on one "
                                "through an RPC tracker (RPCRunner, or autotuner_settings.rpc) or tune for llvm")
-        self._reference = builder.build_module(task.default_module(), task.target) if self.check_correctness else None
+        self._reference = builder.build_module(reference_module(task), task.target) if self.check_correctness else None
 
     def _job(self, build: BuildResult) -> dict:
         job = {"path": build.filename, "arg_info": build.arg_info, "device": self._device, "number": self.number,
@@ -264,6 +264,19 @@ class LocalRunner:
         if self._executor is not None:
             self._executor.shutdown(wait=False)
             self._executor = None
+
+
+def reference_module(task: Any) -> Any:
+    """The untuned program that every config's outputs are checked against. For a GPU, its
+    loops are bound to threads by TVM's ``DefaultGPUSchedule``: an unscheduled function would be
+    compiled for the host and handed the GPU's pointers."""
+    mod = task.default_module()
+    if device_of(task.target) != "cuda":
+        return mod
+    from tvm.s_tir.transform import DefaultGPUSchedule
+
+    with task.target:
+        return DefaultGPUSchedule()(mod)
 
 
 class RPCRunner(LocalRunner):

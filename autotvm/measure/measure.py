@@ -101,6 +101,7 @@ class MeasureBatch:
         return infrastructure_failure(result) or self.runner.infrastructure_fault(result)
 
     def __call__(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]:
+        self.last_seconds = {"build": 0.0, "run": 0.0}  # this batch's wall time in each phase
         results = list(self._measure(inputs))
         for _ in range(REMEASURE_ATTEMPTS):
             _stop_on_a_full_disk(results)
@@ -123,8 +124,13 @@ class MeasureBatch:
         return results
 
     def _measure(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]:
+        start = time.perf_counter()
         builds = self.builder.build(inputs, check=self.runner.check_correctness)
-        return self.runner.run(inputs, builds)
+        built = time.perf_counter()
+        results = self.runner.run(inputs, builds)
+        self.last_seconds["build"] += built - start
+        self.last_seconds["run"] += time.perf_counter() - built
+        return results
 
 
 DISK_FULL = ("No space left on device", "File too large", "Disk quota exceeded")

@@ -288,13 +288,16 @@ def fused_program(mod: tvm.IRModule, target: Any, params: dict | None = None, co
 
 
 def build_program(mod: tvm.IRModule, target: Any, params: dict | None = None, conv_layout: str = "auto",
-                  conv_algorithm: str = "direct", database: Any = None, precision: str = "float32") -> Any:
+                  conv_algorithm: str = "direct", database: Any = None, precision: str = "float32",
+                  cuda_graph: bool = True) -> Any:
     """Compile a Relax module, applying the best config of the current ``apply_history_best``.
 
     Returns a ``relax.VMExecutable``. Without a context (or records) this is TVM's default build.
     ``conv_layout``, ``conv_algorithm`` and ``precision`` must be the ones the tasks were extracted with.
     ``database``: a MetaSchedule database to build with instead (MetaSchedule's own tuning of
-    ``fused_program``'s module), so both searches' results are built the same way.
+    ``fused_program``'s module), so both searches' results are built the same way. ``cuda_graph``:
+    on a GPU, replay the model's kernels as one CUDA graph (off: each kernel is launched from the
+    host, so that a profile sees each one).
     """
     check_program(mod, params)
     load_tensor_intrinsics()
@@ -303,7 +306,7 @@ def build_program(mod: tvm.IRModule, target: Any, params: dict | None = None, co
     # prepared and fused once: the task lookup and the build share it
     fused = fused_program(mod, target, params, conv_layout, conv_algorithm, precision)
     database = database if database is not None else _records_database(fused, target)
-    return _compile_with_database(database, _schedule_templates(fused, target), target)
+    return _compile_with_database(database, _schedule_templates(fused, target), target, cuda_graph)
 
 
 def _records_database(fused: tvm.IRModule, target: tvm.target.Target) -> Any:
@@ -348,7 +351,8 @@ def _single_config_schedule(task: TraceTask) -> Any:
         return None
 
 
-def _compile_with_database(database: Any, fused: tvm.IRModule, target: tvm.target.Target) -> Any:
+def _compile_with_database(database: Any, fused: tvm.IRModule, target: tvm.target.Target,
+                           cuda_graph: bool = True) -> Any:
     """MetaSchedule's ``compile_relax`` on an already fused module, plus the CPU weight prepack:
     apply the tuned schedules, split each kernel's weight-layout rewrite into its own function and fold it on the
     constant weights, so the blocked weights are computed once, at compile time."""
@@ -377,6 +381,6 @@ def _compile_with_database(database: Any, fused: tvm.IRModule, target: tvm.targe
     # on a GPU the whole model is captured once as a CUDA graph and replayed as one launch
     # (TVM's RewriteCUDAGraph, in the CUDA backend's finalize passes): a batch-1 model of a few
     # dozen kernels is otherwise bound by the host's launches
-    config = {"relax.backend.use_cuda_graph": True} if gpu else {}
+    config = {"relax.backend.use_cuda_graph": True} if gpu and cuda_graph else {}
     with target, database, tvm.transform.PassContext(opt_level=3, config=config):
         return relax.build(fused, target=target, relax_pipeline=pipeline)

@@ -140,10 +140,12 @@ class TaskScheduler:
         state.tuner.enqueue(offers)
 
     def tune(self, measure_option: dict, early_stopping: int | None = None, callbacks: Iterable[Callable] = (),
-             on_round: Callable[[TaskState, int], None] | None = None) -> None:
-        """Give rounds to tasks until the model budget is spent or every task is done."""
+             on_round: Callable[[TaskState, int], None] | None = None, time_budget: float | None = None) -> None:
+        """Give rounds to tasks until the model budget is spent, every task is done or, with
+        ``time_budget`` (seconds), that time has passed (the round in flight ends first)."""
         callbacks = list(callbacks)
-        while self.used < self.model_trials:
+        deadline = math.inf if time_budget is None else time.monotonic() + time_budget
+        while self.used < self.model_trials and time.monotonic() < deadline:
             state = self.next_task()
             if state is None:
                 break

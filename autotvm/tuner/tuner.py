@@ -72,7 +72,9 @@ class Tuner:
         self.n_trial = None
         self.early_stopping = None
         self.tuner_seconds = 0.0  # time spent in next_batch + update: the tuner's overhead
-        self.measure_seconds = 0.0
+        self.measure_seconds = 0.0  # checking, building and running, together
+        # where the measuring time went: the target's check before building, the builds, the runs
+        self.phase_seconds = {"check": 0.0, "build": 0.0, "run": 0.0}
         self.history: list[dict] = []  # one row per trial: index, flops, best_flops, error_no
         self.rejected = 0  # configs the target rejected before building (not trials; see ``reject``)
         self.queued: list[int] = []  # indices to propose before the tuner's own (``enqueue``)
@@ -208,6 +210,7 @@ class Tuner:
             verdicts = [(c, self.task.check(c)) for c in configs]
             # the builder's first step, run here too (rejected configs never reach the builder)
             self.measure_seconds += time.perf_counter() - t0
+            self.phase_seconds["check"] += time.perf_counter() - t0
             valid += [c for c, why in verdicts if why is None]
             rejected = [(c, why) for c, why in verdicts if why is not None]
             if rejected:
@@ -243,6 +246,8 @@ class Tuner:
             t0 = time.perf_counter()
             results = measure_batch(inputs)
             self.measure_seconds += time.perf_counter() - t0
+            for phase, seconds in getattr(measure_batch, "last_seconds", {}).items():
+                self.phase_seconds[phase] += seconds
             for k, (inp, res) in enumerate(zip(inputs, results)):
                 flops = self.flops_of(res)
                 if flops > self.best_flops:
