@@ -121,7 +121,7 @@ def _prepare(variant: str, spec: ModelSpec, model: Any, mod: Any, params: dict, 
         exe = build_model(spec, mod, params, target, where.precision)
         # a GPU build replays its kernels as one CUDA graph: the profile times a build that launches each
         profiled = build_model(spec, mod, params, target, where.precision, cuda_graph=False) if (
-            where.device == "cuda" and (profile or variant == "tvm-tuned")) else exe
+            where.device == "cuda" and profile) else exe
     if profile or variant == "tvm-tuned":
         times = function_times(profiled, target, model)
         if profile:
