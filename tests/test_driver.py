@@ -12,7 +12,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def driver(*args, cwd=None, timeout=600):
-    env = dict(os.environ, PYTHONPATH=ROOT)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
     return subprocess.run([sys.executable, os.path.join(ROOT, "driver.py"), *args], capture_output=True, text=True,
                           cwd=cwd, env=env, timeout=timeout)
 
@@ -219,7 +219,7 @@ def test_ctrl_c_leaves_a_valid_log_and_rerun_resumes(tmp_path):
     config["autotuner_settings"]["tuner"] = "random"
     (tmp_path / "c.json").write_text(json.dumps(config))
     log = tmp_path / "out" / "t-mm.json"
-    env = dict(os.environ, PYTHONPATH=ROOT)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
     proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "driver.py"), "-m=tune", f"-c={tmp_path / 'c.json'}"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.time() + 120

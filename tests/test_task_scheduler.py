@@ -124,3 +124,13 @@ def test_a_time_budget_ends_the_tuning_after_the_round_in_flight():
     scheduler.tune(measure_option={}, time_budget=0.5)
     assert 0.5 <= time.perf_counter() - start < 0.5 + 0.3  # the round begun before 0.5 s ends, no other
     assert scheduler.used == 8 * 3
+
+
+def test_the_first_rounds_go_to_the_costliest_tasks_first():
+    """A budget (of trials or time) may end before every task has had a round: the rounds before
+    any gradient is known go in order of weight x FLOPs, not in the order the tasks were extracted."""
+    tasks = [_task("light", 1), _task("heavy", 30), _task("middle", 5)]
+    scheduler = TaskScheduler(tasks, [SyntheticRandomTuner(t, seed=0) for t in tasks], model_trials=16,
+                              per_task_trials=100, round_trials=8)
+    scheduler.tune(measure_option={})
+    assert {s.task.name: s.trials for s in scheduler.states} == {"light": 0, "heavy": 8, "middle": 8}

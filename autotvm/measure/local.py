@@ -81,8 +81,13 @@ class LocalBuilder:
 
     def build_module(self, mod: Any, target: Any) -> str:
         """Compile one module as-is (the correctness reference); returns the library path."""
-        path, *_ = self.executor.submit(workers.build_artifact, mod, target, self.build_dir, False, False).result()
+        path, *_ = self.executor.submit(workers.build_artifact, mod, target, self.build_dir, False, False,
+                                        self._gpu_here(target)).result()
         return path
+
+    @staticmethod
+    def _gpu_here(target: Any) -> bool:
+        return device_of(target) == "cuda" and device_exists(target)
 
     def build(self, inputs: Sequence[MeasureInput], check: bool = False) -> list[BuildResult]:
         """Instantiate every config, then compile the valid ones in parallel."""
@@ -97,7 +102,8 @@ class LocalBuilder:
                                          time.perf_counter() - start)
                 continue
             futures[i] = (self.executor.submit(workers.build_artifact, mod, inp.task.target, self.build_dir,
-                                               self.remove_layout_rewrite, check), time.perf_counter() - start)
+                                               self.remove_layout_rewrite, check, self._gpu_here(inp.task.target)),
+                          time.perf_counter() - start)
         for i, (future, instantiate_cost) in futures.items():
             results[i] = self._collect(future, inputs[i], instantiate_cost)
         return results  # type: ignore[return-value]

@@ -15,6 +15,10 @@ from typing import Any
 import numpy as np
 
 _REFERENCE_OUTPUTS: dict[str, list] = {}
+# the timed arguments of the last tasks, on the device: the next config of the same task is timed
+# on them (a task's trials share their shapes; a convolution's weights are megabytes to draw and copy)
+_TIMING_ARGS: dict[tuple, list] = {}
+TIMING_ARGS_KEPT = 2
 
 
 def init_builder(parent: int) -> None:
@@ -54,11 +58,11 @@ def _arg_info(mod: Any) -> list:
     return [([int(x) for x in p.shape], str(p.dtype)) for p in mod["main"].params]
 
 
-def _compile(mod: Any, target: Any, out_dir: str, suffix: str) -> str:
+def _compile(mod: Any, target: Any, out_dir: str, suffix: str, gpu_here: bool) -> str:
     import tvm
 
     lib = tvm.compile(mod, target=target)
-    if target.kind.name == "cuda" and not tvm.cuda(0).exist:
+    if target.kind.name == "cuda" and not gpu_here:
         check_cuda_kernels(lib, target)
     fd, path = tempfile.mkstemp(suffix=suffix + ".so", dir=out_dir)
     os.close(fd)
@@ -101,8 +105,13 @@ def check_cuda_kernels(lib: Any, target: Any) -> None:
                 tvm_nvcc.compile_cuda(source, target_format="cubin", compiler="nvcc")
 
 
-def build_artifact(mod: Any, target: Any, out_dir: str, remove_layout_rewrite: bool, check: bool) -> tuple:
+def build_artifact(mod: Any, target: Any, out_dir: str, remove_layout_rewrite: bool, check: bool,
+                   gpu_here: bool = False) -> tuple:
     """Compile ``mod`` for ``target``; returns (path, arg_info, check_path, check_arg_info, seconds).
+
+    ``gpu_here``: the machine has the target's GPU, which compiles a CUDA build's kernels when it
+    loads them (otherwise nvcc compiles them here, ``check_cuda_kernels``). The tuning process
+    says so: a build worker never opens a GPU context of its own.
 
     With ``remove_layout_rewrite`` the weight-layout rewrite block is dropped before the timed
     build (weights are taken as pre-laid-out, MetaSchedule's convention); with ``check`` a second
@@ -113,10 +122,10 @@ def build_artifact(mod: Any, target: Any, out_dir: str, remove_layout_rewrite: b
 
     start = time.perf_counter()
     timed = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod) if remove_layout_rewrite else mod
-    path = _compile(timed, target, out_dir, "")
+    path = _compile(timed, target, out_dir, "", gpu_here)
     check_path = None
     if check:
-        check_path = path if timed is mod or tvm_ffi.structural_equal(timed, mod) else _compile(mod, target, out_dir, "_check")
+        check_path = path if timed is mod or tvm_ffi.structural_equal(timed, mod) else _compile(mod, target, out_dir, "_check", gpu_here)
     return path, _arg_info(timed), check_path, _arg_info(mod), time.perf_counter() - start
 
 
@@ -156,6 +165,18 @@ def _execute(func: Any, dev: Any, arrays: list[np.ndarray]) -> list[np.ndarray]:
     return [t.numpy() for t in tensors]
 
 
+def _timing_args(arg_info: list, dev: Any) -> list:
+    """The deterministic random arguments of ``arg_info`` on ``dev``, made once per task."""
+    import tvm
+
+    key = (str(dev), repr(arg_info))
+    if key not in _TIMING_ARGS:
+        while len(_TIMING_ARGS) >= TIMING_ARGS_KEPT:
+            _TIMING_ARGS.pop(next(iter(_TIMING_ARGS)))
+        _TIMING_ARGS[key] = [tvm.runtime.tensor(a, dev) for a in random_inputs(arg_info)]
+    return _TIMING_ARGS[key]
+
+
 def run_artifact(job: dict) -> tuple:
     """Time one built library on its device; optionally check it against the reference.
 
@@ -183,7 +204,8 @@ def run_artifact(job: dict) -> tuple:
             if not np.allclose(a, b, rtol=1e-3, atol=1e-3):
                 err = float(np.max(np.abs(a.astype(np.float64) - b)))
                 return "wrong", f"argument {i} differs from the reference (max abs error {err:.3g})"
-    args = [tvm.runtime.tensor(a, dev) for a in random_inputs(job["arg_info"])]
+    args = _timing_args(job["arg_info"], dev) if session is None else \
+        [tvm.runtime.tensor(a, dev) for a in random_inputs(job["arg_info"])]
     timer = module.time_evaluator("main", dev, number=job["number"], repeat=job["repeat"],
                                   min_repeat_ms=job["min_repeat_ms"],
                                   f_preproc="cache_flush_cpu_non_first_arg" if job["flush"] else "")

@@ -8,11 +8,13 @@ postprocessors are applied; a config they reject is invalid (``InstantiationErro
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import json
 import logging
 import os
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,7 @@ logger = logging.getLogger("autotvm")
 
 SAMPLING_KINDS = ("SamplePerfectTile", "SampleCategorical", "SampleComputeLocation")
 MAX_LOCATION_PROBE = 48
+CHECKED_KEPT = 64  # programs of accepted configs kept from ``check`` for ``instantiate`` (a batch or two)
 
 
 def cache_dir() -> Path:
@@ -139,6 +142,9 @@ class TraceTask(Task):
         self.mod = mod
         self._ctx = _tune_context(mod, target)
         self.postprocs = list(self._ctx.space_generator.postprocs)
+        # programs of configs ``check`` accepted, kept for ``instantiate`` (the builder's first step)
+        self._checked: collections.OrderedDict[int, tvm.IRModule] = collections.OrderedDict()
+        self._checked_lock = threading.Lock()
         self.sketches = _design_space_traces(mod, target, self._ctx)
         if not self.sketches:
             raise InstantiationError(f"MetaSchedule produced no design space for {name!r}")
@@ -247,7 +253,9 @@ class TraceTask(Task):
         return sch
 
     def instantiate(self, config: ConfigEntity) -> tvm.IRModule:
-        return self.schedule_of(config).mod
+        with self._checked_lock:
+            mod = self._checked.pop(config.index, None)
+        return mod if mod is not None else self.schedule_of(config).mod
 
     @property
     def checks_before_build(self) -> bool:
@@ -259,11 +267,16 @@ class TraceTask(Task):
 
     def check(self, config: ConfigEntity) -> str | None:
         """Why the target's postprocessors reject ``config`` (``None`` if they accept it): the
-        builder's first step, run in the tuner's process without building."""
+        builder's first step, run in the tuner's process without building (safe to call from
+        several threads at once: TVM releases the GIL while it schedules)."""
         try:
-            self.schedule_of(config)
+            mod = self.schedule_of(config).mod
         except InstantiationError as err:
             return str(err)
+        with self._checked_lock:
+            self._checked[config.index] = mod
+            while len(self._checked) > CHECKED_KEPT:
+                self._checked.popitem(last=False)
         return None
 
     def default_module(self) -> tvm.IRModule:

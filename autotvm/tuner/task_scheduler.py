@@ -103,8 +103,9 @@ class TaskScheduler:
         if not open_states:
             return None
         warm_up = [s for s in open_states if s.rounds == 0 and not s.trials]
-        if warm_up:  # every task is measured once before any gradient is trusted
-            return warm_up[0]
+        if warm_up:  # every task is measured once before any gradient is trusted, the costliest first
+            # (weight x FLOPs): a budget of time may end before every task has had its first round
+            return max(warm_up, key=lambda s: s.task.weight * getattr(s.task, "flop", 0))
         if self.strategy == "round-robin":
             for step in range(len(self.states)):
                 state = self.states[(self._turn + step) % len(self.states)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 import signal
 import threading
 import time
@@ -22,6 +23,17 @@ logger = logging.getLogger("autotvm")
 # checked before building (``task.checks_before_build``), at most this many rejected configs per
 # config a batch needs before the tuning stops: a space that is all but invalid for the target
 MAX_REJECTED_PER_TRIAL = 200
+_CHECKER: list = []
+
+
+def _checker() -> Any:
+    """Threads that check a batch's configs at once, one per core (TVM releases the GIL while it
+    replays a config and runs the postprocessors; on a GPU they reject most of a space)."""
+    if not _CHECKER:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _CHECKER.append(ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="autotvm-check"))
+    return _CHECKER[0]
 
 
 @contextlib.contextmanager
@@ -207,7 +219,7 @@ class Tuner:
         rejected_here = 0
         while configs:
             t0 = time.perf_counter()
-            verdicts = [(c, self.task.check(c)) for c in configs]
+            verdicts = list(zip(configs, _checker().map(self.task.check, configs)))
             # the builder's first step, run here too (rejected configs never reach the builder)
             self.measure_seconds += time.perf_counter() - t0
             self.phase_seconds["check"] += time.perf_counter() - t0
