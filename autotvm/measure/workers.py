@@ -22,11 +22,17 @@ TIMING_ARGS_KEPT = 2
 
 
 def init_builder(parent: int) -> None:
-    """Build worker initializer: Ctrl-C is the tuning process's, and the worker dies with it."""
+    """Build worker initializer: Ctrl-C is the tuning process's, and the worker dies with it.
+    Where nvcc is installed, TVM compiles CUDA kernels with it rather than NVRTC (unless
+    ``TVM_CUDA_COMPILE_MODE`` says otherwise): it compiles a tuned kernel faster (finding 11)."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     die_with(parent)
+    nvcc = find_nvcc()
+    if nvcc is not None and "TVM_CUDA_COMPILE_MODE" not in os.environ:
+        os.environ["PATH"] = os.path.dirname(nvcc) + os.pathsep + os.environ.get("PATH", "")
+        os.environ["TVM_CUDA_COMPILE_MODE"] = "nvcc"
 
 
 def die_with(parent: int) -> None:
