@@ -10,6 +10,7 @@ the next runtime). A block is as many calls as fill ``BLOCK_S`` (an autorange, a
 from __future__ import annotations
 
 import collections
+import inspect
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -219,7 +220,9 @@ def profile_pytorch(model: Any, where: Any, runs: int = 10, rows: int = 25) -> s
     with torch.no_grad():
         for _ in range(5):
             module(*inputs)
-        with profile(activities=activities, record_shapes=True) as prof:
+        # one cycle: acc_events only keeps PyTorch from warning that it keeps just the last one
+        keep = {"acc_events": True} if "acc_events" in inspect.signature(profile).parameters else {}
+        with profile(activities=activities, record_shapes=True, **keep) as prof:
             for _ in range(runs):
                 module(*inputs)
             if gpu:
