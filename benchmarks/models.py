@@ -29,12 +29,18 @@ from tools.runtimes import SHORT
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _driver(method: str, config: str, overrides: list[str]) -> float | None:
+def _driver(method: str, config: str, overrides: list[str], timeout: float | None = None) -> float | None:
     """The driver's wall time, or None (with a note) where it stopped: the config needs what this
-    machine lacks (bfloat16 on a CPU without AVX512-BF16), or its one-line error says why."""
+    machine lacks (bfloat16 on a CPU without AVX512-BF16), its one-line error says why, or it ran
+    past ``timeout`` seconds (stopped; a tune's records so far stay in its log)."""
     start = time.perf_counter()
     sets = [arg for item in overrides for arg in ("--set", item)]
-    done = subprocess.run([sys.executable, os.path.join(ROOT, "driver.py"), f"-m={method}", f"-c={config}", *sets])
+    command = [sys.executable, os.path.join(ROOT, "driver.py"), f"-m={method}", f"-c={config}", *sets]
+    try:
+        done = subprocess.run(command, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        print(f"note: {os.path.basename(config)} {' '.join(overrides)}: -m={method} stopped after {timeout:g} s; skipped")
+        return None
     if done.returncode:
         print(f"note: {os.path.basename(config)} {' '.join(overrides)}: -m={method} exited {done.returncode}; skipped")
         return None
@@ -56,6 +62,8 @@ def main() -> None:
     parser.add_argument("--precisions", default=None,
                         help="comma-separated precisions to run each config in (default: each config's own)")
     parser.add_argument("--out", default="results/models.md")
+    parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                        help="stop a config's tune or benchmark that runs longer, and go on with the next")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a key of every config, as driver.py --set does (repeatable), e.g. "
                              "autotuner_settings.time_budget=120")
@@ -69,9 +77,9 @@ def main() -> None:
             name = settings.get("save_name", "tuning") + ("" if precision == own else f"-{SHORT[precision]}")
             overrides = args.set + ([] if precision == own else [f"run_settings.precision={precision}",
                                                                  f"autotuner_settings.save_name={name}"])
-            tune_s = _driver("tune", path, overrides)
+            tune_s = _driver("tune", path, overrides, args.timeout)
             time.sleep(1)
-            if tune_s is None or _driver("benchmark", path, overrides) is None:
+            if tune_s is None or _driver("benchmark", path, overrides, args.timeout) is None:
                 continue
             # the driver ran in this working directory: relative save paths are relative to it
             result = json.load(open(os.path.join(settings.get("save_path", "results"), f"{name}-benchmark.json"),
@@ -87,15 +95,20 @@ def main() -> None:
                              f"{tuned['speedup_over_fastest_other']:.2f} ({tuned['fastest_other']})" if tuned else "-",
                              _records(os.path.join(settings.get("save_path", "results"), f"{name}-{model['name']}.json")),
                              round(tune_s)])
+            _write(rows, device, args.out)  # after each config: a run stopped later keeps these rows
+    print(_write(rows, device, args.out))
+    print(f"wrote {args.out}")
+
+
+def _write(rows: list, device: str, out: str) -> str:
     headers = ["model", "precision", "other runtimes, median ms (precision)", "tvm-tuned ms", "x eager",
                "x fastest other", "trials", "tune s"]
     table = tabulate.tabulate(rows, headers=headers, tablefmt="github", floatfmt=".3f", missingval="-")
     text = f"Medians of interleaved rounds, batch 1, {device}, {time.strftime('%Y-%m-%d')}\n\n{table}\n"
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w", encoding="utf-8") as handle:
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, "w", encoding="utf-8") as handle:
         handle.write(text)
-    print(text)
-    print(f"wrote {args.out}")
+    return text
 
 
 if __name__ == "__main__":

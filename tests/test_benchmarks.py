@@ -1,0 +1,31 @@
+"""benchmarks/models.py: tune and benchmark each config, one table; overrides and a step time limit."""
+
+import json
+import os
+import subprocess
+import sys
+
+from test_driver import ROOT, tiny_config
+
+
+def models(*args, cwd):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
+    return subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "models.py"), *args], capture_output=True,
+                          text=True, cwd=cwd, env=env, timeout=600)
+
+
+def test_the_table_has_a_row_per_model_with_its_trials_and_a_stopped_step_is_a_note(tmp_path):
+    path, config = tiny_config(tmp_path)
+    out = tmp_path / "models.md"
+    common = ["--configs", path, "--out", str(out), "--set", 'run_settings.variants=["pytorch-eager","tvm-tuned"]']
+    result = models(*common, "--set", "autotuner_settings.trials=4", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    row = next(line for line in out.read_text().splitlines() if line.startswith("| mm "))
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert cells[1] == "float32" and "pytorch-eager" in cells[2] and float(cells[3]) > 0
+    assert cells[6] == "4"  # the trials in the log: the override reached the driver
+    # a step past --timeout is stopped with a note, and the next goes on (here: none); the table keeps its header
+    result = models(*common, "--set", "autotuner_settings.trials=400", "--timeout", "1", cwd=tmp_path)
+    assert result.returncode == 0 and "-m=tune stopped after 1 s; skipped" in result.stdout, result.stdout[-2000:]
+    log = tmp_path / "out" / "t-mm.json"
+    assert all(json.loads(line) for line in log.read_text().splitlines())  # every line a whole record
