@@ -29,7 +29,7 @@ def test_tune_matmul_on_cuda(tuner_cls, tmp_path):
     tuner.tune(8, opt, callbacks=[autotvm.callback.log_to_file(str(tmp_path / "cuda.json"))])
     assert len(tuner.history) == 8
     assert all(row["error_no"] == 0 for row in tuner.history), [row["error_no"] for row in tuner.history]
-    assert tuner.best_flops > 1e9  # a 256^3 matmul under 33 us: a GPU, not a host function
+    assert tuner.best_flops > 20e9  # 33.5 MFLOP in under 1.7 ms: a GPU kernel, not an unscheduled host loop
 
 
 @pytest.mark.parametrize("precision,model", [
