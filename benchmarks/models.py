@@ -73,6 +73,7 @@ def main() -> None:
         config = json.load(open(path, encoding="utf-8"))
         settings = config["autotuner_settings"]
         own = config.get("run_settings", {}).get("precision", "float32")
+        save_path = settings.get("save_path", "results")
         for precision in (args.precisions.split(",") if args.precisions else [own]):
             name = settings.get("save_name", "tuning") + ("" if precision == own else f"-{SHORT[precision]}")
             overrides = args.set + ([] if precision == own else [f"run_settings.precision={precision}",
@@ -82,8 +83,7 @@ def main() -> None:
             if tune_s is None or _driver("benchmark", path, overrides, args.timeout) is None:
                 continue
             # the driver ran in this working directory: relative save paths are relative to it
-            result = json.load(open(os.path.join(settings.get("save_path", "results"), f"{name}-benchmark.json"),
-                                    encoding="utf-8"))
+            result = json.load(open(os.path.join(save_path, f"{name}-benchmark.json"), encoding="utf-8"))
             device = result[0].get("device", device) if result else device
             for model in config["models"]:
                 timed = {r["variant"]: r for r in result if r["model"] == model["name"]}
@@ -93,7 +93,7 @@ def main() -> None:
                 rows.append([model["name"], precision, others, tuned["median_ms"] if tuned else None,
                              tuned["speedup_over_eager"] if tuned else None,
                              f"{tuned['speedup_over_fastest_other']:.2f} ({tuned['fastest_other']})" if tuned else "-",
-                             _records(os.path.join(settings.get("save_path", "results"), f"{name}-{model['name']}.json")),
+                             _records(os.path.join(save_path, f"{name}-{model['name']}.json")),
                              round(tune_s)])
             _write(rows, device, args.out)  # after each config: a run stopped later keeps these rows
     print(_write(rows, device, args.out))

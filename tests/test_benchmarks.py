@@ -5,13 +5,12 @@ import os
 import subprocess
 import sys
 
-from test_driver import ROOT, tiny_config
+from test_driver import ROOT, project_env, tiny_config
 
 
 def models(*args, cwd):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
     return subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "models.py"), *args], capture_output=True,
-                          text=True, cwd=cwd, env=env, timeout=600)
+                          text=True, cwd=cwd, env=project_env(), timeout=600)
 
 
 def test_the_table_has_a_row_per_model_with_its_trials_and_a_stopped_step_is_a_note(tmp_path):

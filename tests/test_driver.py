@@ -11,8 +11,14 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def project_env():
+    """The environment of a subprocess that runs the project: its root first on PYTHONPATH, with
+    what was there kept (a machine may carry TVM on it)."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
+
+
 def driver(*args, cwd=None, timeout=600):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
+    env = project_env()
     return subprocess.run([sys.executable, os.path.join(ROOT, "driver.py"), *args], capture_output=True, text=True,
                           cwd=cwd, env=env, timeout=timeout)
 
@@ -219,7 +225,7 @@ def test_ctrl_c_leaves_a_valid_log_and_rerun_resumes(tmp_path):
     config["autotuner_settings"]["tuner"] = "random"
     (tmp_path / "c.json").write_text(json.dumps(config))
     log = tmp_path / "out" / "t-mm.json"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
+    env = project_env()
     proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "driver.py"), "-m=tune", f"-c={tmp_path / 'c.json'}"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.time() + 120

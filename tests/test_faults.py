@@ -19,7 +19,7 @@ import autotvm
 from autotvm.measure.local import servers_for_key
 from autotvm.record import claim_log, load_from_file, release_log
 from autotvm.tuner import RandomTuner
-from test_driver import ROOT, driver, tiny_config
+from test_driver import ROOT, driver, project_env, tiny_config
 
 
 def _records(log):
@@ -40,7 +40,7 @@ def test_a_second_writer_of_a_log_is_refused_at_once_naming_the_first(tmp_path):
     os.makedirs(log.parent)
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from autotvm.record import claim_log; "
                                "claim_log(sys.argv[1]); print('held', flush=True); time.sleep(120)", str(log)],
-                              stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=ROOT))
+                              stdout=subprocess.PIPE, text=True, env=project_env())
     try:
         assert holder.stdout.readline().strip() == "held"
         result = driver("-m=tune", f"-c={path}")
@@ -66,7 +66,7 @@ def test_a_full_disk_stops_with_one_line_and_keeps_whole_records(tmp_path):
     def small_files():  # in the child: no file may grow past the limit; writes beyond it fail with EFBIG
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
-    env = dict(os.environ, PYTHONPATH=ROOT)
+    env = project_env()
     result = subprocess.run([sys.executable, os.path.join(ROOT, "driver.py"), "-m=tune", f"-c={path}"],
                             capture_output=True, text=True, env=env, preexec_fn=small_files, timeout=600)
     _one_line_error(result, "cannot write to the log", "run the same command again to resume")
@@ -281,7 +281,7 @@ def test_builds_that_die_under_a_file_size_limit_stop_the_tune_without_fake_fail
     def small_files():
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
-    env = dict(os.environ, PYTHONPATH=ROOT)
+    env = project_env()
     result = subprocess.run([sys.executable, os.path.join(ROOT, "driver.py"), "-m=tune", f"-c={path}"],
                             capture_output=True, text=True, env=env, preexec_fn=small_files, timeout=600)
     _one_line_error(result, "the disk is full", "run the same command again to resume")
@@ -298,7 +298,7 @@ def test_no_worker_outlives_a_tune_killed_with_sigkill(tmp_path):
         json.dump(config, handle)
     log = tmp_path / "out" / "t-mm.json"
     proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "driver.py"), "-m=tune", f"-c={path}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ, PYTHONPATH=ROOT))
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=project_env())
     deadline = time.time() + 120
     while time.time() < deadline and (not log.exists() or len(log.read_text().splitlines()) < 4):
         time.sleep(0.2)

@@ -84,7 +84,6 @@ class Tuner:
         self.n_trial = None
         self.early_stopping = None
         self.tuner_seconds = 0.0  # time spent in next_batch + update: the tuner's overhead
-        self.measure_seconds = 0.0  # checking, building and running, together
         # where the measuring time went: the target's check before building, the builds, the runs
         self.phase_seconds = {"check": 0.0, "build": 0.0, "run": 0.0}
         self.history: list[dict] = []  # one row per trial: index, flops, best_flops, error_no
@@ -221,7 +220,6 @@ class Tuner:
             t0 = time.perf_counter()
             verdicts = list(zip(configs, _checker().map(self.task.check, configs)))
             # the builder's first step, run here too (rejected configs never reach the builder)
-            self.measure_seconds += time.perf_counter() - t0
             self.phase_seconds["check"] += time.perf_counter() - t0
             valid += [c for c, why in verdicts if why is None]
             rejected = [(c, why) for c, why in verdicts if why is not None]
@@ -255,9 +253,7 @@ class Tuner:
             configs = configs[: n_trial - i]
             self.visited.update(c.index for c in configs)
             inputs = [MeasureInput(self.task.target, self.task, c) for c in configs]
-            t0 = time.perf_counter()
             results = measure_batch(inputs)
-            self.measure_seconds += time.perf_counter() - t0
             for phase, seconds in getattr(measure_batch, "last_seconds", {}).items():
                 self.phase_seconds[phase] += seconds
             for k, (inp, res) in enumerate(zip(inputs, results)):
