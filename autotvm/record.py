@@ -16,6 +16,7 @@ import json
 import logging
 import math
 import os
+import threading
 from typing import Any, Iterable, Iterator
 
 import tvm
@@ -340,8 +341,17 @@ def _cut_partial_line(path: str) -> None:
 
 def append_records(path: str | os.PathLike, lines: str, count: int) -> None:
     """Append ``count`` records (whole lines) as one write, flushed to the disk; on a full disk or a
-    file-size limit the log is cut back to where it was, so it never holds half a record."""
+    file-size limit the log is cut back to where it was, so it never holds half a record. Rounds
+    of several tasks may append at once: one writes at a time."""
     claim_log(path)
+    with _APPEND_LOCK:
+        _append(path, lines, count)
+
+
+_APPEND_LOCK = threading.Lock()
+
+
+def _append(path: str | os.PathLike, lines: str, count: int) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         size = os.fstat(fd).st_size

@@ -13,6 +13,7 @@ one of them is carried out (``act_batch``) must not use up its exploration on th
 from __future__ import annotations
 
 import contextlib
+import threading
 from dataclasses import asdict, dataclass, fields
 from typing import Iterator
 
@@ -145,6 +146,9 @@ class ReplayBuffer:
                 "next_states": self.next_states[idx], "next_masks": self.next_masks[idx], "dones": self.dones[idx]}
 
 
+_TORCH_THREADS = threading.RLock()
+
+
 class DQNAgent:
     """Epsilon-greedy DQN over ``n_actions`` with per-state action masks."""
 
@@ -170,13 +174,15 @@ class DQNAgent:
 
     @contextlib.contextmanager
     def _threads(self) -> Iterator[None]:
-        """Run torch with ``config.num_threads`` inside, restoring the caller's setting after."""
-        before = torch.get_num_threads()
-        torch.set_num_threads(self.config.num_threads)
-        try:
-            yield
-        finally:
-            torch.set_num_threads(before)
+        """Run torch with ``config.num_threads`` inside, restoring the caller's setting after. The
+        setting is the process's: agents of tuners whose rounds run at once take turns."""
+        with _TORCH_THREADS:
+            before = torch.get_num_threads()
+            torch.set_num_threads(self.config.num_threads)
+            try:
+                yield
+            finally:
+                torch.set_num_threads(before)
 
     @property
     def epsilon(self) -> float:

@@ -289,6 +289,8 @@ def test_cuda_without_a_gpu_is_one_line_for_tune_and_benchmark(tmp_path):
     ({"models": [{"name": "x", "type": "op", "workload": "r3x3", "conv_layout": "NCHWc"}]}, ["NCHWc", "NHWC"]),
     ({"run_settings": {"precision": "float16"}}, ["run_settings.precision", "float16", "needs a CUDA target"]),
     ({"run_settings": {"precision": "int4"}}, ["run_settings.precision", "'int4'", "float32"]),
+    ({"autotuner_settings": {"rounds_in_flight": 2}}, ["rounds_in_flight", "needs a CUDA target", "'llvm'"]),
+    ({"autotuner_settings": {"rounds_in_flight": 0}}, ["autotuner_settings.rounds_in_flight", "0"]),
     ({"target": {"kind": "llvm", "mcpu": "znver3"}, "run_settings": {"precision": "bfloat16"}},
      ["run_settings.precision", "AVX512-BF16", "'znver3'"]),
 ])

@@ -6,6 +6,7 @@ installed) are TVM's own; only the timings given to the tuners are synthetic, be
 here can run a CUDA kernel.
 """
 
+import json
 import os
 import shutil
 import time
@@ -43,7 +44,32 @@ def test_most_of_a_cuda_space_is_rejected_before_building(cuda_task):
                 for i in rng.integers(0, len(cuda_task.config_space), 100)]
     rejected = [v for v in verdicts if v is not None]
     assert 50 <= len(rejected) < 100, len(rejected)  # measured: 93% of uniform configs
-    assert all("VerifyGPUCode" in v for v in rejected)
+    assert all("VerifyGPUCode" in v or "threads per block" in v for v in rejected)
+
+
+def test_configs_over_the_thread_limits_are_rejected_from_their_tiles_alone(cuda_task):
+    """Most rejected configs bind more threads to a block than the GPU allows (or fewer than the
+    sketch asks): read from the tile sizes, without replaying the schedule. Every such config is
+    one the postprocessors reject too, and the reading is many times faster than the replay."""
+    rng = np.random.default_rng(1)
+    configs = [cuda_task.config_space.get(int(i)) for i in rng.integers(0, len(cuda_task.config_space), 200)]
+    start = time.perf_counter()
+    quick = [cuda_task._threads_out_of_limits(c) for c in configs]
+    quick_s = time.perf_counter() - start
+    start = time.perf_counter()
+    full = []
+    for config in configs:
+        try:
+            cuda_task.schedule_of(config)
+            full.append(None)
+        except autotvm.task.space.InstantiationError as err:
+            full.append(str(err))
+    full_s = time.perf_counter() - start
+    assert all(f is not None for q, f in zip(quick, full) if q is not None)  # never rejects a valid config
+    caught = sum(q is not None for q in quick)
+    assert caught >= 0.5 * sum(f is not None for f in full), (caught, full.count(None))
+    assert quick_s < full_s / 10, (quick_s, full_s)
+    assert all(f"outside the 32-{int(cuda_task.target.attrs['max_threads_per_block'])}" in q for q in quick if q)
 
 
 def synthetic_timings(task, seen):
@@ -255,3 +281,13 @@ def test_the_correctness_reference_of_a_cuda_task_is_a_gpu_kernel(cuda_task):
     assert [m.kind for m in tvm.compile(cuda_task.default_module(), target=cuda_task.target).mod.imports] == []
     lib = tvm.compile(reference_module(cuda_task), target=cuda_task.target)
     assert [m.kind for m in lib.mod.imports] == ["cuda"]
+
+
+def test_rounds_in_flight_default_to_two_on_a_gpu_and_one_on_a_cpu():
+    from tools.config import load_config
+
+    for target, expected in (("llvm", 1), ("cuda", 2)):
+        settings = load_config(json.dumps({"target": target})).autotuner_settings
+        assert settings.in_flight(autotvm.make_target(target)) == expected
+    settings = load_config(json.dumps({"target": "cuda", "autotuner_settings": {"rounds_in_flight": 1}}))
+    assert settings.autotuner_settings.in_flight(autotvm.make_target("cuda")) == 1

@@ -134,3 +134,77 @@ def test_the_first_rounds_go_to_the_costliest_tasks_first():
                               per_task_trials=100, round_trials=8)
     scheduler.tune(measure_option={})
     assert {s.task.name: s.trials for s in scheduler.states} == {"light": 0, "heavy": 8, "middle": 8}
+
+
+class SleepyTuner(SyntheticRandomTuner):
+    """A round that takes 0.2 s and notes which rounds were in flight with it."""
+
+    active: list = []
+    overlaps: list = []
+
+    def tune(self, n_trial, measure_option, early_stopping=None, callbacks=()):
+        import time
+
+        SleepyTuner.active.append(self.task.name)
+        SleepyTuner.overlaps.append(list(SleepyTuner.active))
+        try:
+            time.sleep(0.2)
+            super().tune(n_trial, measure_option, early_stopping, callbacks)
+        finally:
+            SleepyTuner.active.remove(self.task.name)
+
+
+def test_rounds_in_flight_overlap_never_share_a_task_and_keep_the_budget():
+    """With ``in_flight=2`` two rounds, of two different tasks, are measured at once; the model's
+    budget counts the rounds in flight, and every trial is logged once."""
+    import time
+
+    SleepyTuner.active, SleepyTuner.overlaps = [], []
+    tasks = [_task(name, weight) for name, weight in (("a", 1), ("b", 10), ("c", 3))]
+    scheduler = TaskScheduler(tasks, [SleepyTuner(t, seed=0) for t in tasks], model_trials=44, per_task_trials=100,
+                              round_trials=8)
+    logged = []
+    start = time.perf_counter()
+    scheduler.tune(measure_option={}, callbacks=[lambda tuner, inputs, results: logged.extend(
+        (tuner.task.name, i.config.index) for i in inputs)], in_flight=2)
+    wall = time.perf_counter() - start
+    assert scheduler.used == 44 and len(logged) == 44 == len(set(logged))  # 5 rounds of 8 and one of 4
+    assert wall < 6 * 0.2 - 0.1  # not one round after another
+    assert max(len(names) for names in SleepyTuner.overlaps) == 2
+    assert all(len(set(names)) == len(names) for names in SleepyTuner.overlaps)  # never one task twice
+
+
+def test_a_failing_round_in_flight_stops_the_schedule_with_its_error():
+    class Failing(SyntheticRandomTuner):
+        def tune(self, n_trial, measure_option, early_stopping=None, callbacks=()):
+            raise AutoTVMError("the disk is full")
+
+    tasks = [_task("a", 1), _task("b", 5)]
+    scheduler = TaskScheduler(tasks, [SyntheticRandomTuner(tasks[0], seed=0), Failing(tasks[1], seed=0)],
+                              model_trials=100, per_task_trials=100, round_trials=8)
+    with pytest.raises(AutoTVMError, match="the disk is full"):
+        scheduler.tune(measure_option={}, in_flight=2)
+    assert scheduler.states[0].trials == 8  # the other round, begun with it, ended and was counted
+
+
+def test_two_rounds_in_flight_build_and_run_real_kernels(measure_opt, tmp_path):
+    """Two tasks' rounds share one builder and one runner, as they do on a GPU (on LLVM here: the
+    machinery is the same): every trial is measured, each with its own task's reference, and the
+    log holds each once."""
+    import autotvm
+    from conftest import matmul_primfunc
+
+    runner = autotvm.LocalRunner(number=1, repeat=1, timeout=10, check_correctness=True)
+    option = autotvm.measure_option(measure_opt["builder"], runner)
+    tasks = [autotvm.task.create_from_primfunc(matmul_primfunc(n, n, n), "llvm", name=f"mm{n}") for n in (32, 48)]
+    tuners = [RandomTuner(t, seed=0) for t in tasks]
+    log = str(tmp_path / "log.json")
+    scheduler = TaskScheduler(tasks, tuners, model_trials=16, per_task_trials=8, round_trials=4)
+    try:
+        scheduler.tune(option, callbacks=[autotvm.callback.log_to_file(log)], in_flight=2)
+    finally:
+        runner.close()
+    assert [s.trials for s in scheduler.states] == [8, 8]
+    assert all(row["error_no"] == 0 for tuner in tuners for row in tuner.history)  # right answers, both shapes
+    records = [json.loads(line) for line in open(log)]
+    assert len(records) == 16 and len({(r["input"][1], json.dumps(r["config"])) for r in records}) == 16

@@ -70,6 +70,8 @@ SCHEMA: dict = {
                 "task_scheduler": _with({"enum": list(STRATEGIES)}, "gradient"),
                 "early_stopping": _with({"oneOf": [{"type": "null"}, _POSITIVE_INT]}, None),
                 "time_budget": _with({"oneOf": [{"type": "null"}, {"type": "number", "exclusiveMinimum": 0}]}, None),
+                # null: 2 on a CUDA target, 1 on a CPU (TuningSettings.in_flight)
+                "rounds_in_flight": _with({"oneOf": [{"type": "null"}, _POSITIVE_INT]}, None),
                 "number": _with(_POSITIVE_INT, 3), "repeat": _with(_POSITIVE_INT, 3),
                 "min_repeat_ms": _with({"type": "integer", "minimum": 0}, 0),
                 "n_parallel": _with(_POSITIVE_INT, os.cpu_count() or 1),
@@ -209,6 +211,7 @@ def load_config(arg: str, overrides: list[str] = ()) -> Config:
                               "'NHWC' or 'auto', not 'NCHW'")
     _DefaultFillingValidator(SCHEMA).validate(data)
     _check_precision(data)
+    _check_rounds_in_flight(data)
     experiments = data["experiments"]
     check_tuner_variants(experiments["tuners"], experiments["tuner_options"], "experiments.tuners",
                          "experiments.tuner_options")
@@ -253,6 +256,16 @@ def _check_precision(data: dict) -> None:
             check_precision(precision, make_target(target))
         except AutoTVMError as err:
             raise AutoTVMError(f"config key run_settings.precision: {err}") from None
+
+
+def _check_rounds_in_flight(data: dict) -> None:
+    """Rounds of several tasks at once overlap one task's runs with another's builds: on a GPU
+    only, where the runs do not share the builds' cores."""
+    rounds, target = data["autotuner_settings"]["rounds_in_flight"], data["target"]
+    kind = target if isinstance(target, str) else target.get("kind")
+    if rounds is not None and rounds > 1 and kind != "cuda":
+        raise AutoTVMError(f"config key autotuner_settings.rounds_in_flight: {rounds} needs a CUDA target (target is "
+                           f"{kind!r}); on a CPU the runs would share the cores with the builds: use 1 or leave it out")
 
 
 def _check_experiment_models(data: dict) -> None:

@@ -33,6 +33,7 @@ class TuningSettings:
     task_scheduler: str
     early_stopping: int | None
     time_budget: float | None  # seconds of tuning per model; None: no limit
+    rounds_in_flight: int | None  # rounds of different tasks measured at once; None: ``in_flight``'s default
     number: int
     repeat: int
     min_repeat_ms: int
@@ -49,6 +50,14 @@ class TuningSettings:
     def log_path(self, model_name: str) -> str:
         """Where a model's records go: ``<save_path>/<save_name>-<model>.json``."""
         return os.path.join(self.save_path, f"{self.save_name}-{model_name}.json")
+
+    def in_flight(self, target: Any) -> int:
+        """Rounds of different tasks the task scheduler measures at once: ``rounds_in_flight``,
+        else 2 on a GPU (one round builds while another waits for its slowest builds and runs)
+        and 1 on a CPU (the runs must not share the builds' cores)."""
+        if self.rounds_in_flight is not None:
+            return self.rounds_in_flight
+        return 2 if target.kind.name == "cuda" else 1
 
     def measure_option(self) -> dict:
         """A LocalBuilder and a LocalRunner, or an RPCRunner when ``rpc`` is set."""

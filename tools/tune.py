@@ -43,16 +43,18 @@ def format_summary(rows: list[dict]) -> str:
     lines = ["", tabulate.tabulate(table, headers=["model", "function", "calls", "configs", "trials", "best GFLOPS",
                                                    "time s"], colalign=("left", "left") + ("right",) * 5)]
     lines.append("calls: times the model calls the function per inference; configs: the size of its design space")
-    total = sum(r["seconds"] for r in rows)
+    busy = sum(r["seconds"] for r in rows)  # the tasks' rounds, which overlap when several were in flight
+    total = sum({r["model"]: r.get("model_seconds", 0.0) for r in rows}.values()) or busy
     trials = sum(r["trials"] - r.get("resumed", 0) for r in rows)
     lines.append(f"total tuning time: {total:.1f} s" + (f", {trials} trials measured ({trials / total:.2f} a second)"
                                                         if trials and total else ""))
     phases = {name: sum(r.get(f"{key}_seconds", 0.0) for r in rows)
               for name, key in (("proposing", "propose"), ("checking against the target", "check"),
                                 ("building", "build"), ("running", "run"))}
-    if total and any(phases.values()):  # where a trial's time goes (the rest: logging, switching tasks)
-        lines.append("where the time went: " + ", ".join(f"{name} {seconds:.1f} s ({100 * seconds / total:.0f}%)"
-                                                          for name, seconds in phases.items() if seconds))
+    if busy and any(phases.values()):  # where a round's time goes (the rest: logging, switching tasks)
+        overlap = f" (rounds in flight at once: {busy:.1f} s of rounds in {total:.1f} s)" if busy > 1.05 * total else ""
+        lines.append(f"where the rounds' time went{overlap}: " + ", ".join(
+            f"{name} {seconds:.1f} s ({100 * seconds / busy:.0f}%)" for name, seconds in phases.items() if seconds))
     rejected = sum(r.get("rejected", 0) for r in rows)
     if rejected:  # GPU targets: configs over the device's limits, skipped before building
         lines.append(f"configs the target rejected before building (not trials): {rejected}")

@@ -45,6 +45,7 @@ def tune_model(name: str, tasks: list, settings: TuningSettings, option: dict,
         loaded.append(tuner.load_history(mine) if mine else 0)
         tuners.append(tuner)
     log_callback = autotvm.callback.log_to_file(log)
+    start = time.perf_counter()
     if settings.model_trials is None:
         print(f"== {name}: {len(tasks)} tasks, {settings.tuner} tuner, {settings.trials} trials each, log {log}",
               flush=True)
@@ -54,7 +55,8 @@ def tune_model(name: str, tasks: list, settings: TuningSettings, option: dict,
                   for i, (task, tuner, done) in enumerate(zip(tasks, tuners, loaded))]
     else:
         states = _tune_scheduled(name, tasks, tuners, loaded, settings, option, log_callback, log, on_round)
-    return [{"model": name, "task": s.task.name, "weight": s.task.weight, "configs": s.task.config_space.range_length,
+    wall = time.perf_counter() - start  # below the tasks' summed seconds when rounds were in flight at once
+    return [{"model": name, "model_seconds": wall, "task": s.task.name, "weight": s.task.weight, "configs": s.task.config_space.range_length,
              "trials": s.trials, "resumed": done, "best_gflops": s.tuner.best_flops / 1e9, "seconds": s.seconds,
              "rejected": s.tuner.rejected, "propose_seconds": s.tuner.tuner_seconds,
              **{f"{phase}_seconds": seconds for phase, seconds in s.tuner.phase_seconds.items()}}
@@ -84,8 +86,10 @@ def _tune_scheduled(name: str, tasks: list, tuners: list, loaded: list, settings
                               ROUND_TRIALS, loaded)
     tunable = sum(1 for s in scheduler.states if s.task.config_space.range_length > 1)
     budget = min(settings.model_trials, sum(s.cap for s in scheduler.states if s.cap > 1))
+    in_flight = settings.in_flight(tasks[0].target) if tasks else 1
     print(f"== {name}: {len(tasks)} tasks ({tunable} tunable), {settings.tuner} tuner, {settings.model_trials} "
-          f"trials for the model ({settings.task_scheduler} task scheduler, at most {settings.trials} per task)"
+          f"trials for the model ({settings.task_scheduler} task scheduler, at most {settings.trials} per task"
+          + (f", {in_flight} rounds in flight" if in_flight > 1 else "") + ")"
           + (f", at most {settings.time_budget:g} s" if settings.time_budget is not None else "")
           + f", log {log}", flush=True)
     bar = tqdm(total=budget, initial=min(scheduler.used, budget), desc=name, unit="trial", dynamic_ncols=True)
@@ -97,7 +101,7 @@ def _tune_scheduled(name: str, tasks: list, tuners: list, loaded: list, settings
             on_round(scheduler.used)
 
     try:
-        scheduler.tune(option, settings.early_stopping, [log_callback], after_round, settings.time_budget)
+        scheduler.tune(option, settings.early_stopping, [log_callback], after_round, settings.time_budget, in_flight)
     finally:
         bar.close()
     return scheduler.states

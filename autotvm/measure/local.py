@@ -64,20 +64,23 @@ class LocalBuilder:
         self.build_dir = tempfile.mkdtemp(prefix="autotvm-build-")
         self._largest = 0  # bytes of the largest library built so far
         self._executor: PopenPoolExecutor | None = None
+        self._lock = threading.Lock()  # rounds of several tasks may build at once (``TaskScheduler``)
         atexit.register(self.close)
 
     @property
     def executor(self) -> PopenPoolExecutor:
-        if self._executor is None:
-            self._executor = _pool(self.n_parallel, self.timeout, self.max_worker_uses)
-            # import TVM in every worker before the first timed build (a worker that dies meanwhile
-            # is started again with the next job)
-            for fut in [self._executor.submit(_warm_up) for _ in range(self.n_parallel)]:
-                try:
-                    fut.result()
-                except ChildProcessError:
-                    pass
-        return self._executor
+        with self._lock:
+            if self._executor is None:
+                executor = _pool(self.n_parallel, self.timeout, self.max_worker_uses)
+                # import TVM in every worker before the first timed build (a worker that dies
+                # meanwhile is started again with the next job)
+                for fut in [executor.submit(_warm_up) for _ in range(self.n_parallel)]:
+                    try:
+                        fut.result()
+                    except ChildProcessError:
+                        pass
+                self._executor = executor
+            return self._executor
 
     def build_module(self, mod: Any, target: Any) -> str:
         """Compile one module as-is (the correctness reference); returns the library path."""
@@ -177,8 +180,10 @@ class LocalRunner:
         self.check_correctness = check_correctness
         self.max_worker_uses = max_worker_uses
         self._executor: PopenPoolExecutor | None = None
-        self._reference: str | None = None
-        self._device = "cpu"
+        self._lock = threading.Lock()
+        # per task (by id): (the task, its device, its reference library or None); rounds of
+        # several tasks may measure at once (``TaskScheduler``'s ``in_flight``)
+        self._tasks: dict[int, tuple[Any, str, str | None]] = {}
         self._threads: int | None = None
         atexit.register(self.close)
 
@@ -200,30 +205,37 @@ class LocalRunner:
 
     @property
     def executor(self) -> PopenPoolExecutor:
-        if self._executor is None:
-            self._executor = _pool(self._workers(), self.timeout, self.max_worker_uses, workers.init_runner,
-                                   (self._threads,))
-        return self._executor
+        with self._lock:
+            if self._executor is None:
+                self._executor = _pool(self._workers(), self.timeout, self.max_worker_uses, workers.init_runner,
+                                       (self._threads,))
+            return self._executor
 
     def set_task(self, task: Any, builder: LocalBuilder) -> None:
         """Prepare for a task: its device, the threads its kernels are timed with (the target's
         cores, as the tuned program runs them) and, when checking, the reference program."""
-        self._device = device_of(task.target)
-        threads = runtime_threads(task.target) if self._device == "cpu" and self._tracker() is None else None
+        device = device_of(task.target)
+        threads = runtime_threads(task.target) if device == "cpu" and self._tracker() is None else None
         if threads != self._threads:
             self.close()  # the workers' thread pools are sized once
             self._threads = threads
         if self._tracker() is None and not device_exists(task.target):
             raise AutoTVMError(f"task {task.name!r} targets CUDA but this machine has no CUDA GPU; measure on one "
                                "through an RPC tracker (RPCRunner, or autotuner_settings.rpc) or tune for llvm")
-        self._reference = builder.build_module(reference_module(task), task.target) if self.check_correctness else None
+        known = self._tasks.get(id(task))
+        reference = None
+        if self.check_correctness:  # built once per task (a task scheduler measures a task in many rounds)
+            reference = known[2] if known and known[2] and os.path.exists(known[2]) else \
+                builder.build_module(reference_module(task), task.target)
+        self._tasks[id(task)] = (task, device, reference)
 
-    def _job(self, build: BuildResult) -> dict:
-        job = {"path": build.filename, "arg_info": build.arg_info, "device": self._device, "number": self.number,
+    def _job(self, build: BuildResult, task: Any) -> dict:
+        _, device, reference = self._tasks.get(id(task)) or (task, device_of(task.target), None)
+        job = {"path": build.filename, "arg_info": build.arg_info, "device": device, "number": self.number,
                "repeat": self.repeat, "min_repeat_ms": self.min_repeat_ms,
-               "flush": self.enable_cpu_cache_flush and self._device == "cpu", "tracker": self._tracker()}
-        if self._reference and build.check_filename:
-            job.update(reference_path=self._reference, check_path=build.check_filename[0],
+               "flush": self.enable_cpu_cache_flush and device == "cpu", "tracker": self._tracker()}
+        if reference and build.check_filename:
+            job.update(reference_path=reference, check_path=build.check_filename[0],
                        check_arg_info=build.check_filename[1])
         return job
 
@@ -235,7 +247,8 @@ class LocalRunner:
             if build.error_no != MeasureErrorNo.NO_ERROR:
                 results[i] = failed(MeasureErrorNo(build.error_no), build.error_msg, build.time_cost)
                 continue
-            pending[i] = (self.executor.submit(workers.run_artifact, self._job(build)), time.perf_counter())
+            pending[i] = (self.executor.submit(workers.run_artifact, self._job(build, inputs[i].task)),
+                          time.perf_counter())
             if self._workers() == 1:  # serial: wait before starting the next run
                 results[i] = self._collect(*pending.pop(i), build)
                 if self.cooldown_interval:

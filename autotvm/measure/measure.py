@@ -82,7 +82,9 @@ REMEASURE_ATTEMPTS = 2
 class MeasureBatch:
     """Build a batch of configs in parallel, then run each on the device, one at a time.
 
-    Runs never overlap builds, so builds cannot disturb the timings. A trial lost to the measuring
+    A batch's runs never overlap its builds, so on a CPU builds cannot disturb the timings (on a
+    GPU a task scheduler may measure rounds of other tasks meanwhile: ``TaskScheduler.tune``'s
+    ``in_flight``; their builds run at a lower priority). A trial lost to the measuring
     machinery (``infrastructure_failure``: a build or run worker that died, killed from outside
     or out of memory; or what the runner reports, such as an RPC server gone) is not a result of
     its config: the disk is checked (a full one stops the tune before anything fake is logged),

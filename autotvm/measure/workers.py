@@ -19,20 +19,31 @@ _REFERENCE_OUTPUTS: dict[str, list] = {}
 # on them (a task's trials share their shapes; a convolution's weights are megabytes to draw and copy)
 _TIMING_ARGS: dict[tuple, list] = {}
 TIMING_ARGS_KEPT = 2
+BUILD_NICENESS = 10  # added to a build worker's niceness (nvcc inherits it)
 
 
 def init_builder(parent: int) -> None:
     """Build worker initializer: Ctrl-C is the tuning process's, and the worker dies with it.
     Where nvcc is installed, TVM compiles CUDA kernels with it rather than NVRTC (unless
-    ``TVM_CUDA_COMPILE_MODE`` says otherwise): it compiles a tuned kernel faster (finding 11)."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    die_with(parent)
+    ``TVM_CUDA_COMPILE_MODE`` says otherwise): it compiles a tuned kernel faster (finding 11).
+    Builds run at a lower priority (``BUILD_NICENESS``): where they overlap runs (rounds of a GPU's
+    tasks in flight at once), the runner and the tuner get their core first."""
+    _init_worker(parent)
+    try:
+        os.nice(BUILD_NICENESS)
+    except OSError:
+        pass
     nvcc = find_nvcc()
     if nvcc is not None and "TVM_CUDA_COMPILE_MODE" not in os.environ:
         os.environ["PATH"] = os.path.dirname(nvcc) + os.pathsep + os.environ.get("PATH", "")
         os.environ["TVM_CUDA_COMPILE_MODE"] = "nvcc"
+
+
+def _init_worker(parent: int) -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with(parent)
 
 
 def die_with(parent: int) -> None:
@@ -51,9 +62,9 @@ def die_with(parent: int) -> None:
 
 
 def init_runner(threads: int | None, parent: int) -> None:
-    """Runner worker initializer: as ``init_builder``, and kernels are timed with the threads the
-    tuned program will run with (``env.use_runtime_threads``)."""
-    init_builder(parent)
+    """Runner worker initializer: as ``init_builder`` (at the tuning process's priority), and
+    kernels are timed with the threads the tuned program will run with (``env.use_runtime_threads``)."""
+    _init_worker(parent)
     if threads is not None:
         from ..env import use_runtime_threads
 

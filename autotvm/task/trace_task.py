@@ -149,6 +149,7 @@ class TraceTask(Task):
         if not self.sketches:
             raise InstantiationError(f"MetaSchedule produced no design space for {name!r}")
         space, self._bindings = self._build_space()
+        self._thread_limits = [_thread_limits(trace, target) for trace in self.sketches]
         flop = float(tvm.s_tir.analysis.estimate_tir_flops(mod))
         super().__init__(name, buffer_signature(mod), target, space, flop, weight)
 
@@ -220,6 +221,11 @@ class TraceTask(Task):
     # -- instantiation
     def trace_of(self, config: ConfigEntity) -> Trace:
         """The sketch's trace with this config's decisions (before postprocessing)."""
+        sketch, decisions = self._decisions(config)
+        return Trace(self.sketches[sketch].insts, decisions)
+
+    def _decisions(self, config: ConfigEntity) -> tuple[int, dict]:
+        """The sketch a config takes and its decisions, by sampling instruction."""
         knob = config.knob
         sketch = knob[0] if self.config_space.knobs[0].name == "sketch" and len(self.sketches) > 1 else 0
         trace = self.sketches[sketch]
@@ -233,7 +239,7 @@ class TraceTask(Task):
                 decisions[inst] = cands.index(entity.val)
             else:
                 decisions[inst] = int(entity.val)
-        return Trace(trace.insts, decisions)
+        return sketch, decisions
 
     def schedule_of(self, config: ConfigEntity) -> Schedule:
         """Replay the config and run the postprocessors; a rejected config raises ``InstantiationError``."""
@@ -269,6 +275,9 @@ class TraceTask(Task):
         """Why the target's postprocessors reject ``config`` (``None`` if they accept it): the
         builder's first step, run in the tuner's process without building (safe to call from
         several threads at once: TVM releases the GIL while it schedules)."""
+        why = self._threads_out_of_limits(config)
+        if why is not None:
+            return why
         try:
             mod = self.schedule_of(config).mod
         except InstantiationError as err:
@@ -279,8 +288,78 @@ class TraceTask(Task):
                 self._checked.popitem(last=False)
         return None
 
+    def _threads_out_of_limits(self, config: ConfigEntity) -> str | None:
+        """Why the config's threads per block break the GPU's limits, read from its tile sizes
+        alone (microseconds; ``VerifyGPUCode`` would reject it after a replay of milliseconds),
+        or None when they do not or cannot be read (``_thread_limits``)."""
+        sketch, decisions = self._decisions(config)
+        for factors, low, high in self._thread_limits[sketch]:
+            threads = 1
+            for factor in factors:
+                threads *= factor if isinstance(factor, int) else int(decisions[factor[0]][factor[1]])
+            if not low <= threads <= high:
+                return f"{threads} threads per block, outside the {low}-{high} the target and the sketch allow"
+        return None
+
     def default_module(self) -> tvm.IRModule:
         return self.mod
+
+
+def _thread_limits(trace: Trace, target: tvm.target.Target) -> list[tuple[list, int, int]]:
+    """For each loop of ``trace`` bound to a ``threadIdx`` axis whose extent follows from tile
+    sizes: (its factors: ``(SamplePerfectTile instruction, output position)`` or a constant, a
+    warp's lanes in a tensor-core sketch; the fewest threads allowed, the most). The most: the target's ``max_threads_per_block`` (and
+    the sketch's ``meta_schedule.thread_extent_high_inclusive``); the fewest: the sketch's
+    ``thread_extent_low_inclusive`` where one loop is the block's only thread axis, else 1. A
+    config outside them is one ``VerifyGPUCode`` rejects; nothing inside them is rejected here."""
+    producer = {}
+    for inst in trace.insts:
+        for position, out in enumerate(inst.outputs):
+            producer[out] = (inst, position)
+
+    def factors_of(loop: Any) -> list | None:
+        if loop not in producer:
+            return None
+        inst, position = producer[loop]
+        if inst.kind.name == "Split":
+            factor = inst.inputs[1 + position]
+            if factor in producer and producer[factor][0].kind.name == "SamplePerfectTile":
+                return [producer[factor]]
+            try:
+                return [int(factor)]
+            except (TypeError, ValueError):
+                return None
+        if inst.kind.name == "Fuse":
+            found: list = []
+            for part in inst.inputs:
+                part_factors = factors_of(part)
+                if part_factors is None:
+                    return None
+                found += part_factors
+            return found
+        return None
+
+    annotations = {}
+    for inst in trace.insts:
+        key = str(inst.attrs[0]) if inst.kind.name == "Annotate" else ""
+        if key.startswith("meta_schedule.thread_extent_") or key == "warp_execution":
+            try:
+                annotations[key] = int(inst.inputs[1])
+            except (TypeError, ValueError):
+                pass
+    binds = [inst for inst in trace.insts if inst.kind.name == "Bind" and str(inst.attrs[0]).startswith("threadIdx")]
+    high = int(target.attrs.get("max_threads_per_block", 1024))
+    high = min(high, annotations.get("meta_schedule.thread_extent_high_inclusive", high))
+    low = annotations.get("meta_schedule.thread_extent_low_inclusive", 1) if len(binds) == 1 else 1
+    # a tensor-core sketch runs a warp per threadIdx.y (``warp_execution``): threadIdx.x is its lanes
+    lanes = int(target.attrs.get("thread_warp_size", 32)) if annotations.get("warp_execution") else 1
+    limits = []
+    for inst in binds:
+        factors = factors_of(inst.inputs[0])
+        if factors:
+            per_lane = lanes if str(inst.attrs[0]) != "threadIdx.x" else 1
+            limits.append((factors + ([per_lane] if per_lane > 1 else []), low, high))
+    return limits
 
 
 def create_from_primfunc(func: Any, target: Any, name: str = "main", weight: int = 1) -> TraceTask:

@@ -13,12 +13,20 @@ Before each round a task is offered the best configs of its siblings, translated
 has 16 pointwise convolutions, a BERT three weight matmuls), and a tiling that is fast on one shape
 is a good start on the next, where a budget of a few dozen trials a task leaves its own search
 short of converging. The tuner measures them first and breeds from them as from its own.
+
+With ``in_flight`` > 1 that many rounds, of different tasks, run at once (a thread each, sharing
+the builder's workers and the runner's device): a batch waits for its slowest build, and on a GPU
+a third of its builds can take several times the median, so one round's builds and runs fill the
+cores and the device while another waits for its last builds. Only where runs do not share the
+builds' cores (a GPU): on a CPU the builds would disturb the timings.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import queue
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
@@ -97,9 +105,10 @@ class TaskScheduler:
         """``sum(weight * best latency)`` over the tasks with a valid measurement, in seconds."""
         return sum(s.task.weight * s.latency for s in self.states if math.isfinite(s.latency))
 
-    def next_task(self) -> TaskState | None:
-        """The task that gets the next round, or None when none is left."""
-        open_states = [s for s in self.states if not s.done]
+    def next_task(self, busy: Sequence[TaskState] = ()) -> TaskState | None:
+        """The task that gets the next round, or None when none is left (``busy``: tasks whose
+        round is in flight, which get no other)."""
+        open_states = [s for s in self.states if not s.done and all(s is not b for b in busy)]
         if not open_states:
             return None
         warm_up = [s for s in open_states if s.rounds == 0 and not s.trials]
@@ -141,30 +150,94 @@ class TaskScheduler:
         state.tuner.enqueue(offers)
 
     def tune(self, measure_option: dict, early_stopping: int | None = None, callbacks: Iterable[Callable] = (),
-             on_round: Callable[[TaskState, int], None] | None = None, time_budget: float | None = None) -> None:
+             on_round: Callable[[TaskState, int], None] | None = None, time_budget: float | None = None,
+             in_flight: int = 1) -> None:
         """Give rounds to tasks until the model budget is spent, every task is done or, with
-        ``time_budget`` (seconds), that time has passed (the round in flight ends first)."""
+        ``time_budget`` (seconds), that time has passed (the rounds in flight end first).
+        ``in_flight``: rounds of different tasks measured at once (module docstring)."""
+        check("in_flight", in_flight, integer(1))
         callbacks = list(callbacks)
         deadline = math.inf if time_budget is None else time.monotonic() + time_budget
-        while self.used < self.model_trials and time.monotonic() < deadline:
-            state = self.next_task()
-            if state is None:
-                break
-            size = min(self.round_trials, state.cap - state.trials, self.model_trials - self.used)
-            before = len(state.tuner.history)
-            start = time.perf_counter()
-            self._offer_siblings(state)
-            state.tuner.tune(size, measure_option, early_stopping=early_stopping, callbacks=callbacks)
-            state.seconds += time.perf_counter() - start
-            measured = len(state.tuner.history) - before
-            state.trials += measured
-            state.rounds += 1
-            state.latencies.append(state.latency)
-            stopped_early = measured < size  # the tuner's space ran out or its early stopping fired
-            failing = not math.isfinite(state.latency) and state.rounds >= FAILED_ROUNDS_LIMIT
-            if failing:
-                logger.warning("%s: no valid measurement in %d rounds; it gets no more trials", state.task.name,
-                               state.rounds)
-            state.done = stopped_early or failing or state.trials >= state.cap
-            if on_round is not None:
-                on_round(state, measured)
+        if in_flight == 1:
+            while (state := self._next_round(deadline, [])) is not None:
+                size, before, start = self._start_round(state)
+                state.tuner.tune(size, measure_option, early_stopping=early_stopping, callbacks=callbacks)
+                self._end_round(state, size, before, start, on_round)
+            return
+        self._tune_in_flight(measure_option, early_stopping, callbacks, on_round, deadline, in_flight)
+
+    def _next_round(self, deadline: float, running: list) -> TaskState | None:
+        """The task of the next round, or None when the budget of trials or time is spent (trials
+        of rounds in flight counted as spent)."""
+        if self.used + sum(size for _, size in running) >= self.model_trials or time.monotonic() >= deadline:
+            return None
+        return self.next_task(busy=[state for state, _ in running])
+
+    def _start_round(self, state: TaskState, reserved: int = 0) -> tuple[int, int, float]:
+        size = min(self.round_trials, state.cap - state.trials, self.model_trials - self.used - reserved)
+        self._offer_siblings(state)
+        return size, len(state.tuner.history), time.perf_counter()
+
+    def _end_round(self, state: TaskState, size: int, before: int, start: float,
+                   on_round: Callable[[TaskState, int], None] | None) -> None:
+        state.seconds += time.perf_counter() - start
+        measured = len(state.tuner.history) - before
+        state.trials += measured
+        state.rounds += 1
+        state.latencies.append(state.latency)
+        stopped_early = measured < size  # the tuner's space ran out or its early stopping fired
+        failing = not math.isfinite(state.latency) and state.rounds >= FAILED_ROUNDS_LIMIT
+        if failing:
+            logger.warning("%s: no valid measurement in %d rounds; it gets no more trials", state.task.name,
+                           state.rounds)
+        state.done = stopped_early or failing or state.trials >= state.cap
+        if on_round is not None:
+            on_round(state, measured)
+
+    def _tune_in_flight(self, measure_option: dict, early_stopping: int | None, callbacks: list,
+                        on_round: Callable[[TaskState, int], None] | None, deadline: float, in_flight: int) -> None:
+        """``tune`` with up to ``in_flight`` rounds at once, each in a thread of its own; the
+        schedule, its bookkeeping and ``on_round`` stay in this thread. A round that fails stops
+        the schedule once the others have ended, with its error. Ctrl-C lets the rounds in flight
+        end (their trials logged), then raises ``KeyboardInterrupt``; a second Ctrl-C stops at once."""
+        finished: queue.Queue = queue.Queue()
+        running: list[tuple[TaskState, int]] = []  # (state, size) of the rounds in flight
+        rounds: dict[int, tuple[int, int, float]] = {}  # id(state) -> (size, before, start)
+        error: BaseException | None = None
+
+        def round_of(state: TaskState, size: int) -> None:
+            try:
+                state.tuner.tune(size, measure_option, early_stopping=early_stopping, callbacks=callbacks)
+                finished.put((state, None))
+            except BaseException as err:  # handed to the scheduling thread, which raises it
+                finished.put((state, err))
+
+        def collect() -> None:
+            nonlocal error
+            state, err = finished.get()
+            running[:] = [(s, n) for s, n in running if s is not state]
+            self._end_round(state, *rounds.pop(id(state)), on_round)
+            error = error or err
+
+        try:
+            while True:
+                while error is None and len(running) < in_flight:
+                    state = self._next_round(deadline, running)
+                    if state is None:
+                        break
+                    size, before, start = self._start_round(state, sum(n for _, n in running))
+                    rounds[id(state)] = (size, before, start)
+                    running.append((state, size))
+                    threading.Thread(target=round_of, args=(state, size), daemon=True,
+                                     name=f"autotvm-round-{state.task.name}").start()
+                if not running:
+                    break
+                collect()
+        except KeyboardInterrupt:
+            logger.warning("interrupted: finishing the %d round%s in flight, then stopping (Ctrl-C again to stop now)",
+                           len(running), "" if len(running) == 1 else "s")
+            while running:
+                collect()
+            raise
+        if error is not None:
+            raise error

@@ -24,16 +24,19 @@ logger = logging.getLogger("autotvm")
 # config a batch needs before the tuning stops: a space that is all but invalid for the target
 MAX_REJECTED_PER_TRIAL = 200
 _CHECKER: list = []
+_CHECKER_LOCK = threading.Lock()
 
 
 def _checker() -> Any:
     """Threads that check a batch's configs at once, one per core (TVM releases the GIL while it
-    replays a config and runs the postprocessors; on a GPU they reject most of a space)."""
-    if not _CHECKER:
-        from concurrent.futures import ThreadPoolExecutor
+    replays a config and runs the postprocessors; on a GPU they reject most of a space); one pool
+    for the process, shared by tuners whose rounds run at once."""
+    with _CHECKER_LOCK:
+        if not _CHECKER:
+            from concurrent.futures import ThreadPoolExecutor
 
-        _CHECKER.append(ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="autotvm-check"))
-    return _CHECKER[0]
+            _CHECKER.append(ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="autotvm-check"))
+        return _CHECKER[0]
 
 
 @contextlib.contextmanager
