@@ -28,3 +28,16 @@ def test_the_table_has_a_row_per_model_with_its_trials_and_a_stopped_step_is_a_n
     assert result.returncode == 0 and "-m=tune stopped after 1 s; skipped" in result.stdout, result.stdout[-2000:]
     log = tmp_path / "out" / "t-mm.json"
     assert all(json.loads(line) for line in log.read_text().splitlines())  # every line a whole record
+
+
+def test_the_cuda_build_benchmark_checks_and_builds_without_a_gpu(tmp_path):
+    """benchmarks/cuda_builds.py: a CUDA model's configs checked (tiles first, then the replay, which
+    must agree) and built on this machine's CPU, nvcc compiling them where it is installed."""
+    config = json.dumps({"models": [{"name": "mlp", "type": "torch", "model": "mlp", "width": 64, "batch": 4}],
+                         "target": "cuda"})
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "cuda_builds.py"), "--config", config,
+                             "--functions", "2", "--checks", "60", "--builds", "2", "--workers", "4"],
+                            capture_output=True, text=True, cwd=tmp_path, env=project_env(), timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "configs the check and the replay disagree on: 0" in result.stdout, result.stdout[-2000:]
+    assert "a batch of 4 on 4 workers waits" in result.stdout, result.stdout[-2000:]

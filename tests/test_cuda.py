@@ -19,14 +19,22 @@ pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not HAS_GPU, reason="no CUDA 
 BUILDS = min(4, os.cpu_count() or 1)  # fewer workers to start: the suite stays within 2 minutes
 
 
+@pytest.fixture(scope="module")
+def cuda_measure():
+    """One builder and one checking runner for the operator tunes: their workers start once."""
+    builder = autotvm.LocalBuilder(n_parallel=BUILDS, timeout=30)
+    runner = autotvm.LocalRunner(number=5, repeat=3, timeout=10, check_correctness=True)
+    yield autotvm.measure_option(builder, runner)
+    runner.close()
+    builder.close()
+
+
 @pytest.mark.parametrize("tuner_cls", [RandomTuner, XGBTuner])
-def test_tune_matmul_on_cuda(tuner_cls, tmp_path):
+def test_tune_matmul_on_cuda(tuner_cls, tmp_path, cuda_measure):
     """Every trial is a kernel that ran on the GPU and matched the untuned program's output."""
     task = autotvm.task.create_from_primfunc(matmul_primfunc(256, 256, 256), "cuda", name="mm256")
-    opt = autotvm.measure_option(autotvm.LocalBuilder(n_parallel=BUILDS, timeout=30),
-                                 autotvm.LocalRunner(number=5, repeat=3, timeout=10, check_correctness=True))
     tuner = tuner_cls(task, seed=0)
-    tuner.tune(8, opt, callbacks=[autotvm.callback.log_to_file(str(tmp_path / "cuda.json"))])
+    tuner.tune(8, cuda_measure, callbacks=[autotvm.callback.log_to_file(str(tmp_path / "cuda.json"))])
     assert len(tuner.history) == 8
     assert all(row["error_no"] == 0 for row in tuner.history), [row["error_no"] for row in tuner.history]
     assert tuner.best_flops > 20e9  # 33.5 MFLOP in under 1.7 ms: a GPU kernel, not an unscheduled host loop

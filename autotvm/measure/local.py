@@ -16,6 +16,7 @@ import socket
 import tempfile
 import threading
 import time
+import weakref
 from typing import Any, Sequence
 
 from tvm.support.popen_pool import PopenPoolExecutor
@@ -181,9 +182,9 @@ class LocalRunner:
         self.max_worker_uses = max_worker_uses
         self._executor: PopenPoolExecutor | None = None
         self._lock = threading.Lock()
-        # per task (by id): (the task, its device, its reference library or None); rounds of
-        # several tasks may measure at once (``TaskScheduler``'s ``in_flight``)
-        self._tasks: dict[int, tuple[Any, str, str | None]] = {}
+        # per task: (its device, its reference library or None); rounds of several tasks may
+        # measure at once (``TaskScheduler``'s ``in_flight``); an entry goes with its task
+        self._tasks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._threads: int | None = None
         atexit.register(self.close)
 
@@ -222,15 +223,15 @@ class LocalRunner:
         if self._tracker() is None and not device_exists(task.target):
             raise AutoTVMError(f"task {task.name!r} targets CUDA but this machine has no CUDA GPU; measure on one "
                                "through an RPC tracker (RPCRunner, or autotuner_settings.rpc) or tune for llvm")
-        known = self._tasks.get(id(task))
+        known = self._tasks.get(task)
         reference = None
         if self.check_correctness:  # built once per task (a task scheduler measures a task in many rounds)
-            reference = known[2] if known and known[2] and os.path.exists(known[2]) else \
+            reference = known[1] if known and known[1] and os.path.exists(known[1]) else \
                 builder.build_module(reference_module(task), task.target)
-        self._tasks[id(task)] = (task, device, reference)
+        self._tasks[task] = (device, reference)
 
     def _job(self, build: BuildResult, task: Any) -> dict:
-        _, device, reference = self._tasks.get(id(task)) or (task, device_of(task.target), None)
+        device, reference = self._tasks.get(task) or (device_of(task.target), None)
         job = {"path": build.filename, "arg_info": build.arg_info, "device": device, "number": self.number,
                "repeat": self.repeat, "min_repeat_ms": self.min_repeat_ms,
                "flush": self.enable_cpu_cache_flush and device == "cpu", "tracker": self._tracker()}

@@ -298,7 +298,7 @@ class TraceTask(Task):
             for factor in factors:
                 threads *= factor if isinstance(factor, int) else int(decisions[factor[0]][factor[1]])
             if not low <= threads <= high:
-                return f"{threads} threads per block, outside the {low}-{high} the target and the sketch allow"
+                return f"{threads} threads per block; the target and the sketch allow {low} to {high}"
         return None
 
     def default_module(self) -> tvm.IRModule:

@@ -15,10 +15,10 @@ is a good start on the next, where a budget of a few dozen trials a task leaves 
 short of converging. The tuner measures them first and breeds from them as from its own.
 
 With ``in_flight`` > 1 that many rounds, of different tasks, run at once (a thread each, sharing
-the builder's workers and the runner's device): a batch waits for its slowest build, and on a GPU
-a third of its builds can take several times the median, so one round's builds and runs fill the
-cores and the device while another waits for its last builds. Only where runs do not share the
-builds' cores (a GPU): on a CPU the builds would disturb the timings.
+the builder's workers and the runner's device): a batch waits for its slowest build (on a GPU's
+host several times a build's mean: finding 11), so one round's builds and runs fill the cores
+and the device while another waits for its last builds. Only where runs do not share the builds'
+cores (a GPU): on a CPU the builds would disturb the timings.
 """
 
 from __future__ import annotations

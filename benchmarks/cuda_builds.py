@@ -1,0 +1,108 @@
+"""What a GPU tune's host spends per trial before the GPU sees it: checks and builds, no GPU needed.
+
+    python benchmarks/cuda_builds.py --config configs/cuda-resnet-18.json --precision float32
+    python benchmarks/cuda_builds.py --config configs/cuda-bert-minilm.json --arch sm_80 --builds 4
+
+For the config's model and the target's architecture (``--arch``; default sm_90, an H100/H200),
+random configs of the costliest functions (weight x FLOPs) are checked as a tune checks them,
+first from their tile sizes alone (threads per block), then by replaying the schedule; ``--builds``
+accepted configs of each function are then built one at a time on one core by the builder's own
+function (``autotvm.measure.workers.build_artifact``: TVM's lowering, nvcc where it is installed,
+the library's export). It prints the check's cost and acceptance, the build times, and what a
+batch of ``--workers`` builds waits for: the slowest of that many (resampled from the builds
+timed here), against the mean a worker that never waits would take.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default=os.path.join(ROOT, "configs", "cuda-resnet-18.json"))
+    parser.add_argument("--precision", default=None, help="float32 or float16 (default: the config's)")
+    parser.add_argument("--arch", default="sm_90")
+    parser.add_argument("--functions", type=int, default=6, help="the costliest functions to sample")
+    parser.add_argument("--checks", type=int, default=150, help="random configs checked per function")
+    parser.add_argument("--builds", type=int, default=5, help="accepted configs built per function")
+    parser.add_argument("--workers", type=int, default=16, help="build workers of the GPU host (n_parallel)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    import tabulate
+
+    import autotvm
+    from autotvm.measure.workers import build_artifact, find_nvcc
+    from autotvm.task.space import InstantiationError
+    from tools.config import load_config
+    from tools.models import model_tasks
+
+    config = load_config(args.config)
+    precision = args.precision or config.run_settings.precision
+    target = autotvm.make_target({"kind": "cuda", "arch": args.arch, "max_threads_per_block": 1024,
+                                  "max_shared_memory_per_block": 48 * 1024})
+    rows, builds = [], []
+    disagreements = 0
+    rng = np.random.default_rng(args.seed)
+    out_dir = tempfile.mkdtemp(prefix="cuda-builds-")
+    for spec in config.models:
+        _, _, _, tasks = model_tasks(spec, target, precision)
+        for task in sorted(tasks, key=lambda t: -t.weight * t.flop)[: args.functions]:
+            space = task.config_space
+            check = replay = 0.0
+            wrong = 0
+            accepted, from_tiles = [], 0
+            for _ in range(args.checks):
+                config_ = space.get(int(rng.integers(space.range_length)))
+                start = time.perf_counter()
+                try:
+                    task.schedule_of(config_)
+                    ok = True
+                except InstantiationError:
+                    ok = False
+                replay += time.perf_counter() - start
+                start = time.perf_counter()
+                why = task.check(config_)  # the tune's check: the tiles first, then the replay
+                check += time.perf_counter() - start
+                from_tiles += why is not None and "threads per block" in why
+                wrong += (why is None) != ok  # the check and the replay disagree (none expected)
+                if ok:
+                    accepted.append(config_)
+            times = []
+            for config_ in accepted[: args.builds]:
+                start = time.perf_counter()
+                try:
+                    os.remove(build_artifact(task.instantiate(config_), task.target, out_dir, True, False)[0])
+                    times.append(time.perf_counter() - start)
+                except Exception as err:  # a kernel nvcc refuses: a failed trial on the GPU host too
+                    print(f"note: {task.name}: a build failed ({str(err).strip().splitlines()[-1][:100]})")
+            builds += times
+            rejected = args.checks - len(accepted)
+            disagreements += wrong
+            rows.append([task.name[:36], f"{len(accepted)}/{args.checks}", f"{from_tiles}/{rejected}",
+                         f"{1e3 * replay / args.checks:.1f}", f"{1e3 * check / args.checks:.1f}",
+                         f"{np.median(times):.2f}" if times else "-", f"{max(times):.2f}" if times else "-"])
+    print(tabulate.tabulate(rows, headers=["function", "accepted", "rejected from tiles", "replay ms", "check ms",
+                                           "build s median", "build s max"]))
+    print(f"{config.models[0].name} {precision} for {args.arch}, nvcc: {find_nvcc() or 'not installed (lowering only)'}; "
+          "a config's mean time, one core: replay ms, replaying it and running the postprocessors; check ms, the "
+          f"tune's check (its tiles first); configs the check and the replay disagree on: {disagreements}")
+    if builds:
+        draws = rng.choice(builds, size=(2000, args.workers))
+        print(f"{len(builds)} builds on one core: mean {np.mean(builds):.2f} s, median {np.median(builds):.2f} s, "
+              f"max {max(builds):.2f} s; a batch of {args.workers} on {args.workers} workers waits "
+              f"{draws.max(axis=1).mean():.2f} s for its slowest (resampled), against {np.mean(builds):.2f} s a build")
+
+
+if __name__ == "__main__":
+    main()
