@@ -307,9 +307,10 @@ class TraceTask(Task):
 
 def _thread_limits(trace: Trace, target: tvm.target.Target) -> list[tuple[list, int, int]]:
     """For each loop of ``trace`` bound to a ``threadIdx`` axis whose extent follows from tile
-    sizes: (its factors: ``(SamplePerfectTile instruction, output position)`` or a constant, a
-    warp's lanes in a tensor-core sketch; the fewest threads allowed, the most). The most: the target's ``max_threads_per_block`` (and
-    the sketch's ``meta_schedule.thread_extent_high_inclusive``); the fewest: the sketch's
+    sizes: (its factors, each ``(SamplePerfectTile instruction, output position)`` or a constant
+    such as a warp's lanes in a tensor-core sketch; the fewest threads allowed; the most). The
+    most: the target's ``max_threads_per_block`` (and the sketch's
+    ``meta_schedule.thread_extent_high_inclusive``); the fewest: the sketch's
     ``thread_extent_low_inclusive`` where one loop is the block's only thread axis, else 1. A
     config outside them is one ``VerifyGPUCode`` rejects; nothing inside them is rejected here."""
     producer = {}
