@@ -9,7 +9,8 @@ For each config and precision: ``driver.py -m=tune`` (its wall time is the tunin
 block; a precision other than the config's own is set with ``--set run_settings.precision=...``
 and tunes into its own log. The table gives, per model and precision, every variant's median
 latency (with the precision it ran in), the tuned build's speed-up over eager and over the
-fastest other runtime (named), and the tuning time. Rerunning resumes the tunes from their logs.
+fastest other runtime (named), and the wall time of the tune and of the benchmark (every
+runtime's preparation, torch.compile's included, and its timing). Rerunning resumes the tunes from their logs.
 """
 
 from __future__ import annotations
@@ -80,7 +81,8 @@ def main() -> None:
                                                                  f"autotuner_settings.save_name={name}"])
             tune_s = _driver("tune", path, overrides, args.timeout)
             time.sleep(1)
-            if tune_s is None or _driver("benchmark", path, overrides, args.timeout) is None:
+            bench_s = None if tune_s is None else _driver("benchmark", path, overrides, args.timeout)
+            if bench_s is None:
                 continue
             # the driver ran in this working directory: relative save paths are relative to it
             result = json.load(open(os.path.join(save_path, f"{name}-benchmark.json"), encoding="utf-8"))
@@ -94,7 +96,7 @@ def main() -> None:
                              tuned["speedup_over_eager"] if tuned else None,
                              f"{tuned['speedup_over_fastest_other']:.2f} ({tuned['fastest_other']})" if tuned else "-",
                              _records(os.path.join(save_path, f"{name}-{model['name']}.json")),
-                             round(tune_s)])
+                             round(tune_s), round(bench_s)])
             _write(rows, device, args.out)  # after each config: a run stopped later keeps these rows
     print(_write(rows, device, args.out))
     print(f"wrote {args.out}")
@@ -102,7 +104,7 @@ def main() -> None:
 
 def _write(rows: list, device: str, out: str) -> str:
     headers = ["model", "precision", "other runtimes, median ms (precision)", "tvm-tuned ms", "x eager",
-               "x fastest other", "trials", "tune s"]
+               "x fastest other", "trials", "tune s", "benchmark s"]
     table = tabulate.tabulate(rows, headers=headers, tablefmt="github", floatfmt=".3f", missingval="-")
     text = f"Medians of interleaved rounds, batch 1, {device}, {time.strftime('%Y-%m-%d')}\n\n{table}\n"
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)

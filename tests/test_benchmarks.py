@@ -23,6 +23,7 @@ def test_the_table_has_a_row_per_model_with_its_trials_and_a_stopped_step_is_a_n
     cells = [cell.strip() for cell in row.strip("|").split("|")]
     assert cells[1] == "float32" and "pytorch-eager" in cells[2] and float(cells[3]) > 0
     assert cells[6] == "4"  # the trials in the log: the override reached the driver
+    assert int(cells[7]) > 0 and int(cells[8]) > 0  # the tune's and the benchmark's wall seconds
     # a step past --timeout is stopped with a note, and the next goes on (here: none); the table keeps its header
     result = models(*common, "--set", "autotuner_settings.trials=400", "--timeout", "1", cwd=tmp_path)
     assert result.returncode == 0 and "-m=tune stopped after 1 s; skipped" in result.stdout, result.stdout[-2000:]
