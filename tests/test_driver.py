@@ -1,6 +1,7 @@
 """driver.py end to end on a tiny op model, and one test per kind of bad input."""
 
 import csv
+import glob
 import json
 import os
 import subprocess
@@ -326,3 +327,22 @@ def test_set_overrides_keys_of_the_config_file(tmp_path):
     assert len((tmp_path / "out" / "set-mm.json").read_text().splitlines()) == 3
     _bad(driver("-m=tune", f"-c={path}", "--set", "autotuner_settings.trials=0"), "autotuner_settings.trials", ">= 1")
     _bad(driver("-m=tune", f"-c={path}", "--set", "trials"), "--set takes KEY=VALUE")
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(ROOT, "configs", "*.json"))),
+                         ids=lambda p: os.path.basename(p))
+def test_every_shipped_config_loads(path):
+    """The shipped configs pass the config check (a bfloat16 one may say, in its one line, that this
+    CPU lacks AVX512-BF16); a pretrained model's weights are where the config looks for them."""
+    from autotvm import AutoTVMError
+    from tools.config import load_config
+    from tools.models import _default_pretrained_path
+
+    try:
+        config = load_config(path)
+    except AutoTVMError as err:
+        assert "bf16" in os.path.basename(path) and "AVX512-BF16" in str(err), err
+        return
+    for spec in config.models:
+        if spec.pretrained:
+            assert spec.path or _default_pretrained_path(spec.model), spec
