@@ -244,10 +244,16 @@ def _override(data: dict, item: str) -> None:
         raise AutoTVMError(f"--set {key}: {last!r} is not a key of the config there")
 
 
+def _target_kind(data: dict) -> str:
+    """The config's target kind: "llvm" or "cuda" (the target is a name or a dict)."""
+    target = data["target"]
+    return target if isinstance(target, str) else target.get("kind")
+
+
 def _check_precision(data: dict) -> None:
     """float16 is for a GPU's tensor cores; on a CPU TVM has no fast float16 kernels to offer."""
     precision, target = data["run_settings"]["precision"], data["target"]
-    kind = target if isinstance(target, str) else target.get("kind")
+    kind = _target_kind(data)
     if precision == "float16" and kind != "cuda":
         raise AutoTVMError(f"config key run_settings.precision: 'float16' needs a CUDA target (target is {kind!r}); "
                            "on a CPU use 'float32' (or 'bfloat16' where the CPU has AVX512-BF16)")
@@ -261,8 +267,7 @@ def _check_precision(data: dict) -> None:
 def _check_rounds_in_flight(data: dict) -> None:
     """Rounds of several tasks at once overlap one task's runs with another's builds: on a GPU
     only, where the runs do not share the builds' cores."""
-    rounds, target = data["autotuner_settings"]["rounds_in_flight"], data["target"]
-    kind = target if isinstance(target, str) else target.get("kind")
+    rounds, kind = data["autotuner_settings"]["rounds_in_flight"], _target_kind(data)
     if rounds is not None and rounds > 1 and kind != "cuda":
         raise AutoTVMError(f"config key autotuner_settings.rounds_in_flight: {rounds} needs a CUDA target (target is "
                            f"{kind!r}); on a CPU the runs would share the cores with the builds: use 1 or leave it out")

@@ -56,8 +56,8 @@ def tune_model(name: str, tasks: list, settings: TuningSettings, option: dict,
     else:
         states = _tune_scheduled(name, tasks, tuners, loaded, settings, option, log_callback, log, on_round)
     wall = time.perf_counter() - start  # below the tasks' summed seconds when rounds were in flight at once
-    return [{"model": name, "model_seconds": wall, "task": s.task.name, "weight": s.task.weight, "configs": s.task.config_space.range_length,
-             "trials": s.trials, "resumed": done, "best_gflops": s.tuner.best_flops / 1e9, "seconds": s.seconds,
+    return [{"model": name, "model_seconds": wall, "task": s.task.name, "weight": s.task.weight,
+             "configs": s.task.config_space.range_length, "trials": s.trials, "resumed": done, "best_gflops": s.tuner.best_flops / 1e9, "seconds": s.seconds,
              "rejected": s.tuner.rejected, "propose_seconds": s.tuner.tuner_seconds,
              **{f"{phase}_seconds": seconds for phase, seconds in s.tuner.phase_seconds.items()}}
             for s, done in zip(states, loaded)]

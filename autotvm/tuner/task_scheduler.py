@@ -159,19 +159,19 @@ class TaskScheduler:
         callbacks = list(callbacks)
         deadline = math.inf if time_budget is None else time.monotonic() + time_budget
         if in_flight == 1:
-            while (state := self._next_round(deadline, [])) is not None:
+            while (state := self._next_round(deadline, {})) is not None:
                 size, before, start = self._start_round(state)
                 state.tuner.tune(size, measure_option, early_stopping=early_stopping, callbacks=callbacks)
                 self._end_round(state, size, before, start, on_round)
             return
         self._tune_in_flight(measure_option, early_stopping, callbacks, on_round, deadline, in_flight)
 
-    def _next_round(self, deadline: float, running: list) -> TaskState | None:
+    def _next_round(self, deadline: float, running: dict) -> TaskState | None:
         """The task of the next round, or None when the budget of trials or time is spent (trials
-        of rounds in flight counted as spent)."""
-        if self.used + sum(size for _, size in running) >= self.model_trials or time.monotonic() >= deadline:
+        of the rounds ``running``, ``_tune_in_flight``'s, counted as spent)."""
+        if self.used + _reserved(running) >= self.model_trials or time.monotonic() >= deadline:
             return None
-        return self.next_task(busy=[state for state, _ in running])
+        return self.next_task(busy=[state for state, *_ in running.values()])
 
     def _start_round(self, state: TaskState, reserved: int = 0) -> tuple[int, int, float]:
         size = min(self.round_trials, state.cap - state.trials, self.model_trials - self.used - reserved)
@@ -201,8 +201,7 @@ class TaskScheduler:
         the schedule once the others have ended, with its error. Ctrl-C lets the rounds in flight
         end (their trials logged), then raises ``KeyboardInterrupt``; a second Ctrl-C stops at once."""
         finished: queue.Queue = queue.Queue()
-        running: list[tuple[TaskState, int]] = []  # (state, size) of the rounds in flight
-        rounds: dict[int, tuple[int, int, float]] = {}  # id(state) -> (size, before, start)
+        running: dict[int, tuple[TaskState, int, int, float]] = {}  # id(state) -> (state, size, before, start)
         error: BaseException | None = None
 
         def round_of(state: TaskState, size: int) -> None:
@@ -215,8 +214,7 @@ class TaskScheduler:
         def collect() -> None:
             nonlocal error
             state, err = finished.get()
-            running[:] = [(s, n) for s, n in running if s is not state]
-            self._end_round(state, *rounds.pop(id(state)), on_round)
+            self._end_round(*running.pop(id(state)), on_round)
             error = error or err
 
         try:
@@ -225,9 +223,8 @@ class TaskScheduler:
                     state = self._next_round(deadline, running)
                     if state is None:
                         break
-                    size, before, start = self._start_round(state, sum(n for _, n in running))
-                    rounds[id(state)] = (size, before, start)
-                    running.append((state, size))
+                    size, before, start = self._start_round(state, _reserved(running))
+                    running[id(state)] = (state, size, before, start)
                     threading.Thread(target=round_of, args=(state, size), daemon=True,
                                      name=f"autotvm-round-{state.task.name}").start()
                 if not running:
@@ -241,3 +238,8 @@ class TaskScheduler:
             raise
         if error is not None:
             raise error
+
+
+def _reserved(running: dict) -> int:
+    """Trials of the rounds in flight (``_tune_in_flight``'s ``running``)."""
+    return sum(entry[1] for entry in running.values())
