@@ -10,7 +10,8 @@ block; a precision other than the config's own is set with ``--set run_settings.
 and tunes into its own log. The table gives, per model and precision, every variant's median
 latency (with the precision it ran in), the tuned build's speed-up over eager and over the
 fastest other runtime (named), and the wall time of the tune and of the benchmark (every
-runtime's preparation, torch.compile's included, and its timing). Rerunning resumes the tunes from their logs.
+runtime's preparation, torch.compile's included, and its timing). Rerunning resumes the tunes from their logs;
+Ctrl-C lets the driver log its trials in flight and writes the table of the configs done.
 """
 
 from __future__ import annotations
@@ -37,13 +38,22 @@ def _driver(method: str, config: str, overrides: list[str], timeout: float | Non
     start = time.perf_counter()
     sets = [arg for item in overrides for arg in ("--set", item)]
     command = [sys.executable, os.path.join(ROOT, "driver.py"), f"-m={method}", f"-c={config}", *sets]
+    process = subprocess.Popen(command)
     try:
-        done = subprocess.run(command, timeout=timeout)
+        code = process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
         print(f"note: {os.path.basename(config)} {' '.join(overrides)}: -m={method} stopped after {timeout:g} s; skipped")
         return None
-    if done.returncode:
-        print(f"note: {os.path.basename(config)} {' '.join(overrides)}: -m={method} exited {done.returncode}; skipped")
+    except KeyboardInterrupt:  # Ctrl-C reached the driver too: it logs the trials in flight and ends
+        try:
+            process.wait()
+        except KeyboardInterrupt:  # a second Ctrl-C: at once
+            process.kill()
+        raise
+    if code:
+        print(f"note: {os.path.basename(config)} {' '.join(overrides)}: -m={method} exited {code}; skipped")
         return None
     return time.perf_counter() - start
 
@@ -69,7 +79,21 @@ def main() -> None:
                         help="override a key of every config, as driver.py --set does (repeatable), e.g. "
                              "autotuner_settings.time_budget=120")
     args = parser.parse_args()
-    rows, device = [], ""
+    done: dict = {"rows": [], "device": ""}
+    try:
+        _run(args, done)
+    except KeyboardInterrupt:  # the driver in flight has logged its trials; keep the rows done so far
+        print("benchmarks/models.py: interrupted; the table has the configs finished before, rerun to resume the rest")
+        print(_write(done["rows"], done["device"], args.out))
+        sys.exit(130)
+    print(_write(done["rows"], done["device"], args.out))
+    print(f"wrote {args.out}")
+
+
+def _run(args: argparse.Namespace, done: dict) -> None:
+    """Tune and benchmark each config in each precision, adding to ``done`` a row per model and
+    the device's name, and writing the table after each config."""
+    rows = done["rows"]
     for path in args.configs:
         config = json.load(open(path, encoding="utf-8"))
         settings = config["autotuner_settings"]
@@ -86,7 +110,7 @@ def main() -> None:
                 continue
             # the driver ran in this working directory: relative save paths are relative to it
             result = json.load(open(os.path.join(save_path, f"{name}-benchmark.json"), encoding="utf-8"))
-            device = result[0].get("device", device) if result else device
+            done["device"] = result[0].get("device", done["device"]) if result else done["device"]
             for model in config["models"]:
                 timed = {r["variant"]: r for r in result if r["model"] == model["name"]}
                 tuned = timed.get("tvm-tuned")
@@ -97,9 +121,7 @@ def main() -> None:
                              f"{tuned['speedup_over_fastest_other']:.2f} ({tuned['fastest_other']})" if tuned else "-",
                              _records(os.path.join(save_path, f"{name}-{model['name']}.json")),
                              round(tune_s), round(bench_s)])
-            _write(rows, device, args.out)  # after each config: a run stopped later keeps these rows
-    print(_write(rows, device, args.out))
-    print(f"wrote {args.out}")
+            _write(rows, done["device"], args.out)  # a run stopped later keeps these rows
 
 
 def _write(rows: list, device: str, out: str) -> str:

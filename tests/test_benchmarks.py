@@ -42,3 +42,27 @@ def test_the_cuda_build_benchmark_checks_and_builds_without_a_gpu(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     assert "configs the check and the replay disagree on: 0" in result.stdout, result.stdout[-2000:]
     assert "a batch of 4 on 4 workers waits" in result.stdout, result.stdout[-2000:]
+
+
+def test_ctrl_c_ends_with_one_line_the_table_so_far_and_whole_records(tmp_path):
+    """Ctrl-C reaches the command's process group: the driver logs its trials in flight and ends,
+    the command writes what it has and says so in one line, without a traceback."""
+    import signal
+    import time
+
+    path, _ = tiny_config(tmp_path)
+    out = tmp_path / "models.md"
+    log = tmp_path / "out" / "t-mm.json"
+    process = subprocess.Popen([sys.executable, os.path.join(ROOT, "benchmarks", "models.py"), "--configs", path,
+                                "--out", str(out), "--set", "autotuner_settings.trials=400"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                               env=project_env(), start_new_session=True)
+    deadline = time.monotonic() + 300
+    while not (log.exists() and log.read_text().count("\n") >= 4) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    os.killpg(process.pid, signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=300)
+    assert process.returncode == 130, stdout[-2000:] + stderr[-2000:]
+    assert "interrupted" in stdout and "Traceback" not in stderr + stdout, stdout[-2000:] + stderr[-2000:]
+    assert out.exists()  # the table, here with no finished config
+    assert all(json.loads(line) for line in log.read_text().splitlines())  # every line a whole record

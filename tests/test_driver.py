@@ -4,6 +4,7 @@ import csv
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -57,6 +58,9 @@ def test_tune_writes_records_and_summary(tuned):
     rows = [json.loads(line) for line in log.read_text().splitlines()]
     assert len(rows) == 6 and len({r["config"]["index"] for r in rows}) == 6
     assert "best GFLOPS" in result.stdout and "total tuning time" in result.stdout
+    # how busy the build workers were: the 6 trials' builds, in a share of the 2 workers' time
+    busy = re.search(r"build workers busy (\d+)% of the tuning time \((\d+) builds, ([\d.]+) s each", result.stdout)
+    assert busy and 0 < int(busy[1]) <= 100 and int(busy[2]) == 6 and float(busy[3]) > 0, result.stdout[-1500:]
 
 
 def test_tune_again_resumes_without_remeasuring(tuned):

@@ -55,6 +55,13 @@ def format_summary(rows: list[dict]) -> str:
         overlap = f" (rounds in flight at once: {busy:.1f} s of rounds in {total:.1f} s)" if busy > 1.05 * total else ""
         lines.append(f"where the rounds' time went{overlap}: " + ", ".join(
             f"{name} {seconds:.1f} s ({100 * seconds / busy:.0f}%)" for name, seconds in phases.items() if seconds))
+    models = {r["model"]: r for r in rows}.values()  # a model's fields, repeated on each of its rows
+    capacity = sum(r.get("build_workers", 0) * r.get("model_seconds", 0.0) for r in models)
+    builds = sum(r.get("builds", 0) for r in models)
+    if capacity and builds:  # below 100%: the workers waited for work (proposals, checks, runs, a round's slowest)
+        built = sum(r.get("build_worker_seconds", 0.0) for r in models)
+        lines.append(f"build workers busy {100 * built / capacity:.0f}% of the tuning time ({builds} builds, "
+                     f"{built / builds:.2f} s each on average)")
     rejected = sum(r.get("rejected", 0) for r in rows)
     if rejected:  # GPU targets: configs over the device's limits, skipped before building
         lines.append(f"configs the target rejected before building (not trials): {rejected}")

@@ -45,6 +45,8 @@ def tune_model(name: str, tasks: list, settings: TuningSettings, option: dict,
         loaded.append(tuner.load_history(mine) if mine else 0)
         tuners.append(tuner)
     log_callback = autotvm.callback.log_to_file(log)
+    builder = option["builder"]
+    built_before = (getattr(builder, "builds", 0), getattr(builder, "busy_seconds", 0.0))
     start = time.perf_counter()
     if settings.model_trials is None:
         print(f"== {name}: {len(tasks)} tasks, {settings.tuner} tuner, {settings.trials} trials each, log {log}",
@@ -56,7 +58,9 @@ def tune_model(name: str, tasks: list, settings: TuningSettings, option: dict,
     else:
         states = _tune_scheduled(name, tasks, tuners, loaded, settings, option, log_callback, log, on_round)
     wall = time.perf_counter() - start  # below the tasks' summed seconds when rounds were in flight at once
-    return [{"model": name, "model_seconds": wall, "task": s.task.name, "weight": s.task.weight,
+    pool = {"build_workers": getattr(builder, "n_parallel", 0), "builds": getattr(builder, "builds", 0) - built_before[0],
+            "build_worker_seconds": getattr(builder, "busy_seconds", 0.0) - built_before[1]}
+    return [{"model": name, "model_seconds": wall, **pool, "task": s.task.name, "weight": s.task.weight,
              "configs": s.task.config_space.range_length, "trials": s.trials, "resumed": done, "best_gflops": s.tuner.best_flops / 1e9, "seconds": s.seconds,
              "rejected": s.tuner.rejected, "propose_seconds": s.tuner.tuner_seconds,
              **{f"{phase}_seconds": seconds for phase, seconds in s.tuner.phase_seconds.items()}}

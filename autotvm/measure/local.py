@@ -66,6 +66,7 @@ class LocalBuilder:
         self._largest = 0  # bytes of the largest library built so far
         self._executor: PopenPoolExecutor | None = None
         self._lock = threading.Lock()  # rounds of several tasks may build at once (``TaskScheduler``)
+        self.builds, self.busy_seconds = 0, 0.0  # builds so far and the workers' time in them (the pool's load)
         atexit.register(self.close)
 
     @property
@@ -115,15 +116,22 @@ class LocalBuilder:
     def _collect(self, future: Any, inp: MeasureInput, instantiate_cost: float) -> BuildResult:
         try:
             path, arg_info, check_path, check_info, seconds = future.result()
+            self._count(seconds)
             self._largest = max(self._largest, os.path.getsize(path))
             return BuildResult(path, arg_info, MeasureErrorNo.NO_ERROR, "", instantiate_cost + seconds,
                                check_path and (check_path, check_info))
         except TimeoutError:
+            self._count(self.timeout)
             return BuildResult(None, None, MeasureErrorNo.BUILD_TIMEOUT,
                                f"build timed out after {self.timeout:g} s", self.timeout)
         except Exception as err:  # compile errors arrive as exceptions from the worker
             code = MeasureErrorNo.COMPILE_DEVICE if device_of(inp.task.target) == "cuda" else MeasureErrorNo.COMPILE_HOST
             return BuildResult(None, None, code, _first_line(err), instantiate_cost)
+
+    def _count(self, seconds: float) -> None:
+        with self._lock:
+            self.builds += 1
+            self.busy_seconds += seconds
 
     def check_disk(self) -> None:
         """Stop with the full-disk error if a file of a build's size cannot be written where builds
