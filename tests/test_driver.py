@@ -63,6 +63,15 @@ def test_tune_writes_records_and_summary(tuned):
     assert busy and 0 < int(busy[1]) <= 100 and int(busy[2]) == 6 and float(busy[3]) > 0, result.stdout[-1500:]
 
 
+def test_the_summary_counts_failed_trials_by_their_kind(tmp_path):
+    """Builds that cannot finish within the builder's timeout: every trial fails, and the summary says how."""
+    path, _ = tiny_config(tmp_path, autotuner_settings={"tuner": "random", "trials": 4, "n_parallel": 2, "timeout": 0.01,
+                                                        "save_path": str(tmp_path / "out"), "save_name": "t"})
+    result = driver("-m=tune", f"-c={path}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "trials that failed: 4 (build_timeout 4)" in result.stdout, result.stdout[-1500:]
+
+
 def test_tune_again_resumes_without_remeasuring(tuned):
     tmp_path, path, _, _ = tuned
     log = tmp_path / "out" / "t-mm.json"

@@ -126,6 +126,11 @@ def test_the_tune_summary_counts_the_configs_the_target_rejected():
     # a function with one config has nothing to tune: no GFLOPS figure, and the columns explained
     text = format_summary([dict(row, configs=1, trials=1, best_gflops=0.0, rejected=0)])
     assert "- (1 config)" in text and "0.00" not in text and "calls: times the model calls" in text
+    # failed trials, by AutoTVM's error kind, summed over the tasks
+    assert "failed" not in format_summary([dict(row, failed={})])
+    text = format_summary([dict(row, failed={"build_timeout": 3}), dict(row, task="mm2", failed={"build_timeout": 1,
+                                                                                                "compile_device": 2})])
+    assert "trials that failed: 6 (build_timeout 4, compile_device 2)" in text
 
 
 def test_a_space_the_target_rejects_entirely_ends_the_tuning_instead_of_looping():

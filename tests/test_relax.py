@@ -280,3 +280,19 @@ def test_functions_with_one_config_are_built_with_it(feed_forward, measure_opt, 
     recorded = [t.name for t in tasks if database.has_workload(t.mod)]
     assert sorted(recorded) == sorted([tunable[0].name] + [t.name for t in single])
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_an_embedding_lookup_builds_without_tvms_out_of_bounds_warning_and_clamps(capfd):
+    """PyTorch's embedding becomes ``take(mode="fast")``, which TVM legalizes with a warning at every
+    build and reads out of bounds on a bad index: the build clamps instead, with the same values in range."""
+    bb = relax.BlockBuilder()
+    ids = relax.Var("ids", relax.TensorType((3,), "int64"))
+    table = relax.Var("table", relax.TensorType((10, 4), "float32"))
+    with bb.function("main", [ids, table]):
+        bb.emit_func_output(bb.emit(relax.op.take(table, ids, axis=0)))
+    vm = relax.VirtualMachine(autotvm.build_program(bb.get(), "llvm"), tvm.cpu())
+    weights = np.arange(40, dtype="float32").reshape(10, 4)
+    lookup = lambda index: vm["main"](tvm.runtime.tensor(np.array(index)), tvm.runtime.tensor(weights)).numpy()
+    np.testing.assert_array_equal(lookup([0, 9, 3]), weights[[0, 9, 3]])
+    np.testing.assert_array_equal(lookup([0, 12, -20]), weights[[0, 9, 0]])
+    assert "out-of-bounds" not in capfd.readouterr().err

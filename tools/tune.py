@@ -7,6 +7,8 @@ scheduler). Running the same config again resumes without measuring anything twi
 
 from __future__ import annotations
 
+from collections import Counter
+
 import tabulate
 
 import autotvm
@@ -62,6 +64,10 @@ def format_summary(rows: list[dict]) -> str:
         built = sum(r.get("build_worker_seconds", 0.0) for r in models)
         lines.append(f"build workers busy {100 * built / capacity:.0f}% of the tuning time ({builds} builds, "
                      f"{built / builds:.2f} s each on average)")
+    failed = sum((Counter(r.get("failed", {})) for r in rows), Counter())
+    if failed:  # AutoTVM's MeasureErrorNo of each failed trial (its message is in the log)
+        lines.append(f"trials that failed: {sum(failed.values())} ("
+                     + ", ".join(f"{why} {count}" for why, count in failed.most_common()) + ")")
     rejected = sum(r.get("rejected", 0) for r in rows)
     if rejected:  # GPU targets: configs over the device's limits, skipped before building
         lines.append(f"configs the target rejected before building (not trials): {rejected}")

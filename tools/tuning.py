@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import Counter
 from functools import partial
 from typing import Any, Callable
 
@@ -18,6 +19,7 @@ import numpy as np
 from tqdm import tqdm
 
 import autotvm
+from autotvm.measure import MeasureErrorNo
 from autotvm.record import claim_log, load_from_file, workload_key
 from autotvm.tuner.task_scheduler import TaskScheduler, TaskState
 
@@ -63,6 +65,7 @@ def tune_model(name: str, tasks: list, settings: TuningSettings, option: dict,
     return [{"model": name, "model_seconds": wall, **pool, "task": s.task.name, "weight": s.task.weight,
              "configs": s.task.config_space.range_length, "trials": s.trials, "resumed": done, "best_gflops": s.tuner.best_flops / 1e9, "seconds": s.seconds,
              "rejected": s.tuner.rejected, "propose_seconds": s.tuner.tuner_seconds,
+             "failed": dict(Counter(MeasureErrorNo(r["error_no"]).name.lower() for r in s.tuner.history if r["error_no"])),
              **{f"{phase}_seconds": seconds for phase, seconds in s.tuner.phase_seconds.items()}}
             for s, done in zip(states, loaded)]
 

@@ -141,7 +141,7 @@ def fuse_program(mod: tvm.IRModule, target: Any) -> tvm.IRModule:
     seq = tvm.transform.Sequential([
         *dispatch,
         relax.transform.FastMathTransform(),
-        relax.transform.LegalizeOps(customize_legalize_map={"relax.nn.gelu": _fast_gelu}),
+        relax.transform.LegalizeOps(customize_legalize_map={"relax.nn.gelu": _fast_gelu, "relax.take": _take}),
         relax.transform.AnnotateTIROpPattern(),
         relax.transform.FoldConstant(),
         relax.transform.FuseOps(),
@@ -200,6 +200,16 @@ def _fast_gelu(bb: Any, call: Any) -> Any:
         return x * (half + topi.fast_erf(x * tirx.const(0.5**0.5, x.dtype)) * half)
 
     return bb.call_te(gelu, call.args[0], primfunc_name_hint="gelu")
+
+
+def _take(bb: Any, call: Any) -> Any:
+    """``take`` as TVM legalizes it, but an index out of range is clamped (``"clip"``) where the
+    program says ``"fast"`` (an embedding lookup from PyTorch): TVM's fast mode reads out of bounds
+    and warns so at every legalization. In-range indices give the same values, as fast."""
+    from tvm import topi
+
+    mode = "clip" if call.attrs.mode == "fast" else call.attrs.mode
+    return bb.call_te(topi.take, call.args[0], call.args[1], call.attrs.axis, mode=mode)
 
 
 def extract_from_program(mod: tvm.IRModule, target: Any, params: dict | None = None,
