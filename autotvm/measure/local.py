@@ -74,12 +74,12 @@ class LocalBuilder:
         with self._lock:
             if self._executor is None:
                 executor = _pool(self.n_parallel, self.timeout, self.max_worker_uses)
-                # import TVM in every worker before the first timed build (a worker that dies
-                # meanwhile is started again with the next job)
+                # import TVM in every worker before the first timed build (a worker that dies or
+                # outlasts the builds' timeout meanwhile is started again with the next job)
                 for fut in [executor.submit(_warm_up) for _ in range(self.n_parallel)]:
                     try:
                         fut.result()
-                    except ChildProcessError:
+                    except (ChildProcessError, TimeoutError):
                         pass
                 self._executor = executor
             return self._executor

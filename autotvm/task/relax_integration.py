@@ -67,6 +67,7 @@ def prepare_program(mod: tvm.IRModule, params: dict | None = None, conv_layout: 
     check("precision", precision, choice(PRECISIONS))
     if conv_algorithm == "winograd" and conv_layout == "NCHW":
         raise AutoTVMError("conv_algorithm 'winograd' needs conv_layout 'NHWC' or 'auto'")
+    mod = clamped_takes(mod)
     if params:
         mod = relax.transform.BindParams("main", params)(mod)
     if conv_layout == "auto":
@@ -90,6 +91,28 @@ def prepare_program(mod: tvm.IRModule, params: dict | None = None, conv_layout: 
         passes += [to_bfloat16]
     with tvm.transform.PassContext(opt_level=3):
         return tvm.transform.Sequential(passes)(mod)
+
+
+def clamped_takes(mod: tvm.IRModule) -> tvm.IRModule:
+    """``take(mode="fast")`` (PyTorch's embedding lookups) becomes ``take(mode="clip")``: an index
+    out of range is clamped instead of read out of bounds, and TVM no longer warns of it at every
+    legalization (``FoldConstant``'s included). Indices in range give the same values, as fast."""
+    from tvm import relax
+    from tvm.relax.expr_functor import PyExprMutator, mutator
+
+    @mutator
+    class Clamp(PyExprMutator):
+        def visit_call_(self, call: Any) -> Any:
+            call = self.visit_expr_post_order(call)
+            if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.take" and call.attrs.mode == "fast":
+                return relax.op.take(call.args[0], call.args[1], call.attrs.axis, mode="clip")
+            return call
+
+    clamp = Clamp(mod)
+    for gvar, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            clamp.builder_.update_func(gvar, clamp.visit_expr(func))
+    return clamp.builder_.get()
 
 
 def _has_conv2d(mod: tvm.IRModule) -> bool:
@@ -141,7 +164,7 @@ def fuse_program(mod: tvm.IRModule, target: Any) -> tvm.IRModule:
     seq = tvm.transform.Sequential([
         *dispatch,
         relax.transform.FastMathTransform(),
-        relax.transform.LegalizeOps(customize_legalize_map={"relax.nn.gelu": _fast_gelu, "relax.take": _take}),
+        relax.transform.LegalizeOps(customize_legalize_map={"relax.nn.gelu": _fast_gelu}),
         relax.transform.AnnotateTIROpPattern(),
         relax.transform.FoldConstant(),
         relax.transform.FuseOps(),
@@ -200,16 +223,6 @@ def _fast_gelu(bb: Any, call: Any) -> Any:
         return x * (half + topi.fast_erf(x * tirx.const(0.5**0.5, x.dtype)) * half)
 
     return bb.call_te(gelu, call.args[0], primfunc_name_hint="gelu")
-
-
-def _take(bb: Any, call: Any) -> Any:
-    """``take`` as TVM legalizes it, but an index out of range is clamped (``"clip"``) where the
-    program says ``"fast"`` (an embedding lookup from PyTorch): TVM's fast mode reads out of bounds
-    and warns so at every legalization. In-range indices give the same values, as fast."""
-    from tvm import topi
-
-    mode = "clip" if call.attrs.mode == "fast" else call.attrs.mode
-    return bb.call_te(topi.take, call.args[0], call.args[1], call.attrs.axis, mode=mode)
 
 
 def extract_from_program(mod: tvm.IRModule, target: Any, params: dict | None = None,
