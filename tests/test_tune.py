@@ -98,6 +98,7 @@ def test_cpu_cache_flush_measures_cold_runs(builder):
     try:
         inputs = [autotvm.MeasureInput(task.target, task, task.config_space.get(0))]
         cold = cold_runner.run(inputs, builder.build(inputs))[0]  # a run consumes its build
+        cold_runner.close()  # its worker's threads would spin on the cores the warm runs need
         warm = warm_runner.run(inputs, builder.build(inputs))[0]
     finally:
         cold_runner.close()
