@@ -48,7 +48,7 @@ def tune_model(name: str, tasks: list, settings: TuningSettings, option: dict,
         tuners.append(tuner)
     log_callback = autotvm.callback.log_to_file(log)
     builder = option["builder"]
-    built_before = (getattr(builder, "builds", 0), getattr(builder, "busy_seconds", 0.0))
+    builds_before, busy_before = builder.builds, builder.busy_seconds  # the builder may have built for others
     start = time.perf_counter()
     if settings.model_trials is None:
         print(f"== {name}: {len(tasks)} tasks, {settings.tuner} tuner, {settings.trials} trials each, log {log}",
@@ -60,8 +60,8 @@ def tune_model(name: str, tasks: list, settings: TuningSettings, option: dict,
     else:
         states = _tune_scheduled(name, tasks, tuners, loaded, settings, option, log_callback, log, on_round)
     wall = time.perf_counter() - start  # below the tasks' summed seconds when rounds were in flight at once
-    pool = {"build_workers": getattr(builder, "n_parallel", 0), "builds": getattr(builder, "builds", 0) - built_before[0],
-            "build_worker_seconds": getattr(builder, "busy_seconds", 0.0) - built_before[1]}
+    pool = {"build_workers": builder.n_parallel, "builds": builder.builds - builds_before,
+            "build_worker_seconds": builder.busy_seconds - busy_before}
     return [{"model": name, "model_seconds": wall, **pool, "task": s.task.name, "weight": s.task.weight,
              "configs": s.task.config_space.range_length, "trials": s.trials, "resumed": done, "best_gflops": s.tuner.best_flops / 1e9, "seconds": s.seconds,
              "rejected": s.tuner.rejected, "propose_seconds": s.tuner.tuner_seconds,
