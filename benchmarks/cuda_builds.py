@@ -50,7 +50,7 @@ def main() -> None:
     config = load_config(args.config)
     precision = args.precision or config.run_settings.precision
     target = autotvm.make_target({"kind": "cuda", "arch": args.arch})  # the GPU's limits, or every GPU's
-    rows, builds = [], []
+    rows, builds, in_nvcc = [], [], []
     disagreements = 0
     rng = np.random.default_rng(args.seed)
     out_dir = tempfile.mkdtemp(prefix="cuda-builds-")
@@ -81,8 +81,10 @@ def main() -> None:
             for config_ in accepted[: args.builds]:
                 start = time.perf_counter()
                 try:
-                    os.remove(build_artifact(task.instantiate(config_), task.target, out_dir, True, False)[0])
+                    built = build_artifact(task.instantiate(config_), task.target, out_dir, True, False)
+                    os.remove(built[0])
                     times.append(time.perf_counter() - start)
+                    in_nvcc.append(built[5])
                 except Exception as err:  # a kernel nvcc refuses: a failed trial on the GPU host too
                     print(f"note: {task.name}: a build failed ({str(err).strip().splitlines()[-1][:100]})")
             builds += times
@@ -98,7 +100,8 @@ def main() -> None:
           f"tune's check (its tiles first); configs the check and the replay disagree on: {disagreements}")
     if builds:
         draws = rng.choice(builds, size=(2000, args.workers))
-        print(f"{len(builds)} builds on one core: mean {np.mean(builds):.2f} s, median {np.median(builds):.2f} s, "
+        nvcc = f" ({np.mean(in_nvcc):.2f} s of it in nvcc)" if find_nvcc() else ""
+        print(f"{len(builds)} builds on one core: mean {np.mean(builds):.2f} s{nvcc}, median {np.median(builds):.2f} s, "
               f"max {max(builds):.2f} s; a batch of {args.workers} on {args.workers} workers waits "
               f"{draws.max(axis=1).mean():.2f} s for its slowest (resampled), against {np.mean(builds):.2f} s a build")
 

@@ -2,9 +2,11 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 
+from autotvm.measure.workers import find_nvcc
 from test_driver import ROOT, project_env, tiny_config
 
 
@@ -42,6 +44,9 @@ def test_the_cuda_build_benchmark_checks_and_builds_without_a_gpu(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     assert "configs the check and the replay disagree on: 0" in result.stdout, result.stdout[-2000:]
     assert "a batch of 4 on 4 workers waits" in result.stdout, result.stdout[-2000:]
+    nvcc = re.search(r"builds on one core: mean ([\d.]+) s \(([\d.]+) s of it in nvcc\)", result.stdout)
+    assert (nvcc is not None) == (find_nvcc() is not None), result.stdout[-2000:]
+    assert nvcc is None or 0 < float(nvcc[2]) < float(nvcc[1])
 
 
 def test_ctrl_c_ends_with_one_line_the_table_so_far_and_whole_records(tmp_path):

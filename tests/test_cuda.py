@@ -34,8 +34,12 @@ def test_tune_matmul_on_cuda(tuner_cls, tmp_path, cuda_measure):
     """Every trial is a kernel that ran on the GPU and matched the untuned program's output."""
     task = autotvm.task.create_from_primfunc(matmul_primfunc(256, 256, 256), "cuda", name="mm256")
     tuner = tuner_cls(task, seed=0)
+    builder = cuda_measure["builder"]
+    before = builder.device_compile_seconds
     tuner.tune(8, cuda_measure, callbacks=[autotvm.callback.log_to_file(str(tmp_path / "cuda.json"))])
     assert len(tuner.history) == 8
+    # the build workers compiled the kernels (TVM's CUDA compiler callback, timed)
+    assert 0 < builder.device_compile_seconds - before < builder.busy_seconds
     assert all(row["error_no"] == 0 for row in tuner.history), [row["error_no"] for row in tuner.history]
     assert tuner.best_flops > 20e9  # 33.5 MFLOP in under 1.7 ms: a GPU kernel, not an unscheduled host loop
 

@@ -131,6 +131,11 @@ def test_the_tune_summary_counts_the_configs_the_target_rejected():
     text = format_summary([dict(row, failed={"build_timeout": 3}), dict(row, task="mm2", failed={"build_timeout": 1,
                                                                                                 "compile_device": 2})])
     assert "trials that failed: 6 (build_timeout 4, compile_device 2)" in text
+    # the build workers' load; on a CUDA target, the part of a build in the CUDA compiler
+    pool = {"model_seconds": 10.0, "build_workers": 2, "builds": 8, "build_worker_seconds": 16.0}
+    assert "busy 80% of the tuning time (8 builds, 2.00 s each on average)" in format_summary([dict(row, **pool)])
+    assert "(8 builds, 2.00 s each on average, 1.50 s of it in the CUDA compiler)" in format_summary(
+        [dict(row, **pool, build_device_compile_seconds=12.0)])
 
 
 def test_a_space_the_target_rejects_entirely_ends_the_tuning_instead_of_looping():
@@ -149,7 +154,7 @@ def test_without_a_gpu_the_builder_compiles_each_cuda_kernel_with_nvcc(cuda_task
     """TVM keeps a CUDA build's kernels as source where there is no GPU; the builder hands them to
     nvcc, so a kernel nvcc refuses fails here as it would on the GPU (a refusing nvcc shows it)."""
     if HAS_GPU:
-        pytest.skip("on a GPU the kernels are compiled when the runner loads them")
+        pytest.skip("on a GPU, TVM's code generator compiles the kernels itself")
     rng = np.random.default_rng(2)
     configs = [c for c in (cuda_task.config_space.get(int(i)) for i in rng.integers(0, len(cuda_task.config_space), 300))
                if cuda_task.check(c) is None][:2]
@@ -159,6 +164,8 @@ def test_without_a_gpu_the_builder_compiles_each_cuda_kernel_with_nvcc(cuda_task
         assert [b.error_no for b in builder.build(inputs)] == [0, 0]
     finally:
         builder.close()
+    # the builds' seconds, and the part of them in nvcc (the tune's summary prints both)
+    assert builder.builds == 2 and 0 < builder.device_compile_seconds < builder.busy_seconds
     fake = tmp_path / "nvcc"
     fake.write_text("#!/bin/sh\necho 'nvcc: kernel refused' >&2\nexit 1\n")
     fake.chmod(0o755)
@@ -170,6 +177,25 @@ def test_without_a_gpu_the_builder_compiles_each_cuda_kernel_with_nvcc(cuda_task
         builder.close()
     assert all(b.error_no == autotvm.MeasureErrorNo.COMPILE_DEVICE and "kernel refused" in b.error_msg
                for b in refused), [b.error_msg for b in refused]
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc to compile CUDA code")
+def test_the_cuda_compiler_callback_is_timed_and_still_compiles(monkeypatch):
+    """On a GPU host TVM's code generator compiles each build's kernels through its callback
+    ``tvm_callback_cuda_compile``; a build worker wraps it to time it, and the wrapped callback
+    still returns the compiled kernel (called here as TVM calls it)."""
+    import tvm_ffi
+
+    from autotvm.measure import workers
+
+    monkeypatch.setenv("TVM_CUDA_COMPILE_MODE", "nvcc")
+    monkeypatch.setitem(workers._DEVICE_COMPILER, "seconds", 0.0)
+    workers._time_device_compiler()
+    workers._time_device_compiler()  # wrapped once, however often asked
+    source = 'extern "C" __global__ void k(float* a) { a[threadIdx.x] = 1.0f; }\n'
+    with autotvm.make_target({"kind": "cuda", "arch": "sm_80"}):
+        binary = tvm_ffi.get_global_func("tvm_callback_cuda_compile")(source)
+    assert len(binary) > 100 and 0 < workers._DEVICE_COMPILER["seconds"] < 60
 
 
 def _fp16_matmul(n=256):

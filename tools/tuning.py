@@ -48,7 +48,8 @@ def tune_model(name: str, tasks: list, settings: TuningSettings, option: dict,
         tuners.append(tuner)
     log_callback = autotvm.callback.log_to_file(log)
     builder = option["builder"]
-    builds_before, busy_before = builder.builds, builder.busy_seconds  # the builder may have built for others
+    # the builder may have built for others
+    builds_before, busy_before, device_before = builder.builds, builder.busy_seconds, builder.device_compile_seconds
     start = time.perf_counter()
     if settings.model_trials is None:
         print(f"== {name}: {len(tasks)} tasks, {settings.tuner} tuner, {settings.trials} trials each, log {log}",
@@ -61,7 +62,8 @@ def tune_model(name: str, tasks: list, settings: TuningSettings, option: dict,
         states = _tune_scheduled(name, tasks, tuners, loaded, settings, option, log_callback, log, on_round)
     wall = time.perf_counter() - start  # below the tasks' summed seconds when rounds were in flight at once
     pool = {"build_workers": builder.n_parallel, "builds": builder.builds - builds_before,
-            "build_worker_seconds": builder.busy_seconds - busy_before}
+            "build_worker_seconds": builder.busy_seconds - busy_before,
+            "build_device_compile_seconds": builder.device_compile_seconds - device_before}
     return [{"model": name, "model_seconds": wall, **pool, "task": s.task.name, "weight": s.task.weight,
              "configs": s.task.config_space.range_length, "trials": s.trials, "resumed": done, "best_gflops": s.tuner.best_flops / 1e9, "seconds": s.seconds,
              "rejected": s.tuner.rejected, "propose_seconds": s.tuner.tuner_seconds,

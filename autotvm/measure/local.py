@@ -67,6 +67,7 @@ class LocalBuilder:
         self._executor: PopenPoolExecutor | None = None
         self._lock = threading.Lock()  # rounds of several tasks may build at once (``TaskScheduler``)
         self.builds, self.busy_seconds = 0, 0.0  # builds so far and the workers' time in them (the pool's load)
+        self.device_compile_seconds = 0.0  # the part of busy_seconds in the CUDA compiler (nvcc, NVRTC)
         atexit.register(self.close)
 
     @property
@@ -115,8 +116,8 @@ class LocalBuilder:
 
     def _collect(self, future: Any, inp: MeasureInput, instantiate_cost: float) -> BuildResult:
         try:
-            path, arg_info, check_path, check_info, seconds = future.result()
-            self._count(seconds)
+            path, arg_info, check_path, check_info, seconds, device_seconds = future.result()
+            self._count(seconds, device_seconds)
             self._largest = max(self._largest, os.path.getsize(path))
             return BuildResult(path, arg_info, MeasureErrorNo.NO_ERROR, "", instantiate_cost + seconds,
                                check_path and (check_path, check_info))
@@ -128,10 +129,11 @@ class LocalBuilder:
             code = MeasureErrorNo.COMPILE_DEVICE if device_of(inp.task.target) == "cuda" else MeasureErrorNo.COMPILE_HOST
             return BuildResult(None, None, code, _first_line(err), instantiate_cost)
 
-    def _count(self, seconds: float) -> None:
+    def _count(self, seconds: float, device_seconds: float = 0.0) -> None:
         with self._lock:
             self.builds += 1
             self.busy_seconds += seconds
+            self.device_compile_seconds += device_seconds
 
     def check_disk(self) -> None:
         """Stop with the full-disk error if a file of a build's size cannot be written where builds

@@ -20,6 +20,7 @@ _REFERENCE_OUTPUTS: dict[str, list] = {}
 _TIMING_ARGS: dict[tuple, list] = {}
 TIMING_ARGS_KEPT = 2
 BUILD_NICENESS = 10  # added to a build worker's niceness (nvcc inherits it)
+_DEVICE_COMPILER = {"seconds": 0.0, "timed": False}  # this worker's time in the CUDA compiler (nvcc, NVRTC)
 
 
 def init_builder(parent: int) -> None:
@@ -78,6 +79,8 @@ def _arg_info(mod: Any) -> list:
 def _compile(mod: Any, target: Any, out_dir: str, suffix: str, gpu_here: bool) -> str:
     import tvm
 
+    if target.kind.name == "cuda" and gpu_here:
+        _time_device_compiler()
     lib = tvm.compile(mod, target=target)
     if target.kind.name == "cuda" and not gpu_here:
         check_cuda_kernels(lib, target)
@@ -85,6 +88,28 @@ def _compile(mod: Any, target: Any, out_dir: str, suffix: str, gpu_here: bool) -
     os.close(fd)
     lib.export_library(path)
     return path
+
+
+def _time_device_compiler() -> None:
+    """Count the time TVM's CUDA code generator spends in its compiler (``tvm_callback_cuda_compile``,
+    TVM's hook for nvcc or NVRTC, wrapped once per worker), so that a build's seconds split into
+    the device compiler's and the rest (lowering, the host's code, the library's export)."""
+    if _DEVICE_COMPILER["timed"]:
+        return
+    import tvm_ffi
+    from tvm.support import nvcc as tvm_nvcc  # registers TVM's own callback
+
+    compile_cuda = tvm_nvcc.tvm_callback_cuda_compile
+
+    def timed(*args: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return compile_cuda(*args)
+        finally:
+            _DEVICE_COMPILER["seconds"] += time.perf_counter() - start
+
+    tvm_ffi.register_global_func("tvm_callback_cuda_compile", timed, override=True)
+    _DEVICE_COMPILER["timed"] = True
 
 
 def find_nvcc() -> str | None:
@@ -118,17 +143,23 @@ def check_cuda_kernels(lib: Any, target: Any) -> None:
             continue
         source = module.inspect_source("cuda")
         if source:
-            with target:
-                tvm_nvcc.compile_cuda(source, target_format="cubin", compiler="nvcc")
+            start = time.perf_counter()
+            try:
+                with target:
+                    tvm_nvcc.compile_cuda(source, target_format="cubin", compiler="nvcc")
+            finally:
+                _DEVICE_COMPILER["seconds"] += time.perf_counter() - start
 
 
 def build_artifact(mod: Any, target: Any, out_dir: str, remove_layout_rewrite: bool, check: bool,
                    gpu_here: bool = False) -> tuple:
-    """Compile ``mod`` for ``target``; returns (path, arg_info, check_path, check_arg_info, seconds).
+    """Compile ``mod`` for ``target``; returns (path, arg_info, check_path, check_arg_info, seconds,
+    device_seconds): the build's seconds, and those of them spent in the CUDA compiler (0 on a CPU).
 
-    ``gpu_here``: the machine has the target's GPU, which compiles a CUDA build's kernels when it
-    loads them (otherwise nvcc compiles them here, ``check_cuda_kernels``). The tuning process
-    says so: a build worker never opens a GPU context of its own.
+    ``gpu_here``: the machine has the target's GPU, where TVM's code generator compiles a CUDA
+    build's kernels itself (its compiler callback, timed by ``_time_device_compiler``); without
+    one TVM keeps them as source and nvcc compiles them here (``check_cuda_kernels``). The tuning
+    process says so: a build worker never opens a GPU context of its own.
 
     With ``remove_layout_rewrite`` the weight-layout rewrite block is dropped before the timed
     build (weights are taken as pre-laid-out, MetaSchedule's convention); with ``check`` a second
@@ -137,13 +168,14 @@ def build_artifact(mod: Any, target: Any, out_dir: str, remove_layout_rewrite: b
     import tvm_ffi
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
-    start = time.perf_counter()
+    start, device_before = time.perf_counter(), _DEVICE_COMPILER["seconds"]
     timed = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod) if remove_layout_rewrite else mod
     path = _compile(timed, target, out_dir, "", gpu_here)
     check_path = None
     if check:
         check_path = path if timed is mod or tvm_ffi.structural_equal(timed, mod) else _compile(mod, target, out_dir, "_check", gpu_here)
-    return path, _arg_info(timed), check_path, _arg_info(mod), time.perf_counter() - start
+    return (path, _arg_info(timed), check_path, _arg_info(mod), time.perf_counter() - start,
+            _DEVICE_COMPILER["seconds"] - device_before)
 
 
 def random_inputs(arg_info: list, seed: int = 0) -> list[np.ndarray]:
