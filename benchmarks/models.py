@@ -128,7 +128,8 @@ def _write(rows: list, device: str, out: str) -> str:
     headers = ["model", "precision", "other runtimes, median ms (precision)", "tvm-tuned ms", "x eager",
                "x fastest other", "trials", "tune s", "benchmark s"]
     table = tabulate.tabulate(rows, headers=headers, tablefmt="github", floatfmt=".3f", missingval="-")
-    text = f"Medians of interleaved rounds, batch 1, {device}, {time.strftime('%Y-%m-%d')}\n\n{table}\n"
+    on = f", {device}" if device else ""  # no benchmark finished: no device to name
+    text = f"Medians of interleaved rounds, batch 1{on}, {time.strftime('%Y-%m-%d')}\n\n{table}\n"
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     with open(out, "w", encoding="utf-8") as handle:
         handle.write(text)
