@@ -266,7 +266,8 @@ def test_cuda_without_a_gpu_is_one_line_for_tune_and_benchmark(tmp_path):
               "autotuner_settings": {"trials": 2, "save_path": str(tmp_path)}}
     # both before any model is loaded or extracted
     for method, words in (("benchmark", ["config key target", "no cuda device"]),
-                          ("tune", ["config key target", "no CUDA GPU", "RPC"])):
+                          ("tune", ["config key target", "no CUDA GPU", "RPC"]),
+                          ("experiment", ["config key target", "no CUDA GPU", "RPC"])):
         result = driver(f"-m={method}", "-c=" + json.dumps(config))
         assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
         # besides our line, only TVM's own warning that it defaults the GPU architecture

@@ -20,7 +20,7 @@ MODEL_OUTPUTS = {"model_tuners": (format_model_table, "curves.png, bars.png; tab
 
 
 def run_experiments(config: Config) -> dict[str, Any]:
-    option = config.autotuner_settings.measure_option()
+    option = config.autotuner_settings.measure_option(config.target)
     results = {}
     for name in config.experiments.names:
         print(f"== experiment {name}", flush=True)

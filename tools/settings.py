@@ -59,10 +59,18 @@ class TuningSettings:
             return self.rounds_in_flight
         return 2 if target.kind.name == "cuda" else 1
 
-    def measure_option(self) -> dict:
-        """A LocalBuilder and a LocalRunner, or an RPCRunner when ``rpc`` is set."""
+    def measure_option(self, target: Any = None) -> dict:
+        """A LocalBuilder and a LocalRunner, or an RPCRunner when ``rpc`` is set. With ``target``
+        (the config's), a target whose device this machine lacks, with no ``rpc`` to measure on,
+        is its one-line error here, before any task is extracted."""
         import autotvm
+        from autotvm.checks import AutoTVMError
+        from autotvm.env import device_exists
 
+        target = autotvm.make_target(target) if target is not None else None
+        if target is not None and self.rpc is None and not device_exists(target):
+            raise AutoTVMError(f"config key target: {target.kind.name!r}, but this machine has no CUDA GPU; measure "
+                               "on one through an RPC tracker (autotuner_settings.rpc) or tune for llvm")
         builder = autotvm.LocalBuilder(n_parallel=self.n_parallel, timeout=self.timeout)
         common = {"number": self.number, "repeat": self.repeat, "min_repeat_ms": self.min_repeat_ms,
                   "timeout": self.timeout, "check_correctness": self.check_correctness,

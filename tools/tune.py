@@ -12,8 +12,6 @@ from collections import Counter
 import tabulate
 
 import autotvm
-from autotvm.checks import AutoTVMError
-from autotvm.env import device_exists
 
 from .models import model_tasks
 from .saved_runs import writable_dir
@@ -25,10 +23,7 @@ def tune_models(config: Config) -> list[dict]:
     settings = config.autotuner_settings
     writable_dir(settings.save_path, "autotuner_settings.save_path")
     target = autotvm.make_target(config.target)
-    if settings.rpc is None and not device_exists(target):  # said before the tasks are extracted
-        raise AutoTVMError(f"config key target: {target.kind.name!r}, but this machine has no CUDA GPU; measure on "
-                           "one through an RPC tracker (autotuner_settings.rpc) or tune for llvm")
-    option = settings.measure_option()
+    option = settings.measure_option(target)
     summary = []
     for spec in config.models:
         _, _, _, tasks = model_tasks(spec, target, config.run_settings.precision)
