@@ -257,14 +257,14 @@ def test_ctrl_c_leaves_a_valid_log_and_rerun_resumes(tmp_path):
     assert len(rows) == 40 and len({r["config"]["index"] for r in rows}) == 40
 
 
-def test_cuda_without_a_gpu_is_one_line_for_tune_and_benchmark(tmp_path):
+def test_cuda_without_a_gpu_is_one_line_for_tune_benchmark_and_experiment(tmp_path):
     import tvm
 
     if tvm.cuda(0).exist:
         pytest.skip("this machine has a CUDA GPU")
     config = {"models": [{"name": "m", "type": "op", "workload": "mm64"}], "target": "cuda",
               "autotuner_settings": {"trials": 2, "save_path": str(tmp_path)}}
-    # both before any model is loaded or extracted
+    # each before any model is loaded or any task extracted
     for method, words in (("benchmark", ["config key target", "no cuda device"]),
                           ("tune", ["config key target", "no CUDA GPU", "RPC"]),
                           ("experiment", ["config key target", "no CUDA GPU", "RPC"])):
