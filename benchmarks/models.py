@@ -20,6 +20,7 @@ import argparse
 import glob
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -79,6 +80,9 @@ def main() -> None:
                         help="override a key of every config, as driver.py --set does (repeatable), e.g. "
                              "autotuner_settings.time_budget=120")
     args = parser.parse_args()
+    # Ctrl-C, or `timeout -s INT`, stops the command even where it was started with SIGINT ignored
+    # (a script's background job): Python would then raise no KeyboardInterrupt and go on
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     done: dict = {"rows": [], "device": ""}
     try:
         _run(args, done)

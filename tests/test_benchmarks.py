@@ -58,10 +58,12 @@ def test_ctrl_c_ends_with_one_line_the_table_so_far_and_whole_records(tmp_path):
     path, _ = tiny_config(tmp_path)
     out = tmp_path / "models.md"
     log = tmp_path / "out" / "t-mm.json"
+    # started with SIGINT ignored, as a script's background job is: the signal still stops it
     process = subprocess.Popen([sys.executable, os.path.join(ROOT, "benchmarks", "models.py"), "--configs", path,
                                 "--out", str(out), "--set", "autotuner_settings.trials=400"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-                               env=project_env(), start_new_session=True)
+                               env=project_env(), start_new_session=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     deadline = time.monotonic() + 300
     while not (log.exists() and log.read_text().count("\n") >= 4) and time.monotonic() < deadline:
         time.sleep(0.5)
