@@ -64,14 +64,7 @@ class TuningSettings:
         (the config's), a target whose device this machine lacks, with no ``rpc`` to measure on,
         is its one-line error here, before any task is extracted."""
         import autotvm
-        from autotvm.checks import AutoTVMError
-        from autotvm.env import device_exists
 
-        target = autotvm.make_target(target) if target is not None else None
-        if target is not None and self.rpc is None and not device_exists(target):
-            raise AutoTVMError(f"config key target: {target.kind.name!r}, but this machine has no CUDA GPU; measure "
-                               "on one through an RPC tracker (autotuner_settings.rpc) or tune for llvm")
-        builder = autotvm.LocalBuilder(n_parallel=self.n_parallel, timeout=self.timeout)
         common = {"number": self.number, "repeat": self.repeat, "min_repeat_ms": self.min_repeat_ms,
                   "timeout": self.timeout, "check_correctness": self.check_correctness,
                   "enable_cpu_cache_flush": self.enable_cpu_cache_flush}
@@ -80,6 +73,9 @@ class TuningSettings:
                                        **common)
         else:
             runner = autotvm.LocalRunner(**common)
+        if target is not None:
+            runner.require_device(autotvm.make_target(target), "config key target: the config")
+        builder = autotvm.LocalBuilder(n_parallel=self.n_parallel, timeout=self.timeout)
         return autotvm.measure_option(builder, runner)
 
 

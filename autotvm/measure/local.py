@@ -222,6 +222,13 @@ class LocalRunner:
                                        (self._threads,))
             return self._executor
 
+    def require_device(self, target: Any, what: str) -> None:
+        """The one-line error when ``target``'s device is not on this machine and no RPC tracker
+        measures on one (``what``: the message's subject, a task or the config)."""
+        if self._tracker() is None and not device_exists(target):
+            raise AutoTVMError(f"{what} targets CUDA but this machine has no CUDA GPU; measure on one through an RPC "
+                               "tracker (RPCRunner, or autotuner_settings.rpc) or tune for llvm")
+
     def set_task(self, task: Any, builder: LocalBuilder) -> None:
         """Prepare for a task: its device, the threads its kernels are timed with (the target's
         cores, as the tuned program runs them) and, when checking, the reference program."""
@@ -230,9 +237,7 @@ class LocalRunner:
         if threads != self._threads:
             self.close()  # the workers' thread pools are sized once
             self._threads = threads
-        if self._tracker() is None and not device_exists(task.target):
-            raise AutoTVMError(f"task {task.name!r} targets CUDA but this machine has no CUDA GPU; measure on one "
-                               "through an RPC tracker (RPCRunner, or autotuner_settings.rpc) or tune for llvm")
+        self.require_device(task.target, f"task {task.name!r}")
         known = self._tasks.get(task)
         reference = None
         if self.check_correctness:  # built once per task (a task scheduler measures a task in many rounds)
