@@ -42,8 +42,7 @@ def main() -> None:
     import tabulate
 
     import autotvm
-    from autotvm.measure.workers import build_artifact, find_nvcc
-    from autotvm.task.space import InstantiationError
+    from autotvm.measure.workers import find_nvcc
     from tools.config import load_config
     from tools.models import model_tasks
 
@@ -53,46 +52,15 @@ def main() -> None:
     rows, builds, in_nvcc = [], [], []
     disagreements = 0
     rng = np.random.default_rng(args.seed)
-    out_dir = tempfile.mkdtemp(prefix="cuda-builds-")
-    for spec in config.models:
-        _, _, _, tasks = model_tasks(spec, target, precision)
-        for task in sorted(tasks, key=lambda t: -t.weight * t.flop)[: args.functions]:
-            space = task.config_space
-            check = replay = 0.0
-            wrong = 0
-            accepted, from_tiles = [], 0
-            for _ in range(args.checks):
-                config_ = space.get(int(rng.integers(space.range_length)))
-                start = time.perf_counter()
-                try:
-                    task.schedule_of(config_)
-                    ok = True
-                except InstantiationError:
-                    ok = False
-                replay += time.perf_counter() - start
-                start = time.perf_counter()
-                why = task.check(config_)  # the tune's check: the tiles first, then the replay
-                check += time.perf_counter() - start
-                from_tiles += why is not None and "threads per block" in why
-                wrong += (why is None) != ok  # the check and the replay disagree (none expected)
-                if ok:
-                    accepted.append(config_)
-            times = []
-            for config_ in accepted[: args.builds]:
-                start = time.perf_counter()
-                try:
-                    built = build_artifact(task.instantiate(config_), task.target, out_dir, True, False)
-                    os.remove(built[0])
-                    times.append(time.perf_counter() - start)
-                    in_nvcc.append(built[5])
-                except Exception as err:  # a kernel nvcc refuses: a failed trial on the GPU host too
-                    print(f"note: {task.name}: a build failed ({str(err).strip().splitlines()[-1][:100]})")
-            builds += times
-            rejected = args.checks - len(accepted)
-            disagreements += wrong
-            rows.append([task.name[:36], f"{len(accepted)}/{args.checks}", f"{from_tiles}/{rejected}",
-                         f"{1e3 * replay / args.checks:.1f}", f"{1e3 * check / args.checks:.1f}",
-                         f"{np.median(times):.2f}" if times else "-", f"{max(times):.2f}" if times else "-"])
+    with tempfile.TemporaryDirectory(prefix="cuda-builds-") as out_dir:  # the libraries built, removed after
+        for spec in config.models:
+            _, _, _, tasks = model_tasks(spec, target, precision)
+            for task in sorted(tasks, key=lambda t: -t.weight * t.flop)[: args.functions]:
+                row, times, nvcc_times, wrong = _sample(task, args, rng, out_dir)
+                rows.append(row)
+                builds += times
+                in_nvcc += nvcc_times
+                disagreements += wrong
     print(tabulate.tabulate(rows, headers=["function", "accepted", "rejected from tiles", "replay ms", "check ms",
                                            "build s median", "build s max"]))
     print(f"{config.models[0].name} {precision} for {args.arch}, nvcc: {find_nvcc() or 'not installed (lowering only)'}; "
@@ -104,6 +72,49 @@ def main() -> None:
         print(f"{len(builds)} builds on one core: mean {np.mean(builds):.2f} s{nvcc}, median {np.median(builds):.2f} s, "
               f"max {max(builds):.2f} s; a batch of {args.workers} on {args.workers} workers waits "
               f"{draws.max(axis=1).mean():.2f} s for its slowest (resampled), against {np.mean(builds):.2f} s a build")
+
+
+def _sample(task, args, rng, out_dir):
+    """Check ``args.checks`` random configs of ``task`` as a tune does, build ``args.builds`` accepted
+    ones; returns the table's row, the builds' seconds, their seconds in nvcc, and the configs the
+    check and the replay disagree on."""
+    from autotvm.measure.workers import build_artifact
+    from autotvm.task.space import InstantiationError
+
+    space = task.config_space
+    check = replay = 0.0
+    wrong = 0
+    accepted, from_tiles = [], 0
+    for _ in range(args.checks):
+        config = space.get(int(rng.integers(space.range_length)))
+        start = time.perf_counter()
+        try:
+            task.schedule_of(config)
+            ok = True
+        except InstantiationError:
+            ok = False
+        replay += time.perf_counter() - start
+        start = time.perf_counter()
+        why = task.check(config)  # the tune's check: the tiles first, then the replay
+        check += time.perf_counter() - start
+        from_tiles += why is not None and "threads per block" in why
+        wrong += (why is None) != ok  # the check and the replay disagree (none expected)
+        if ok:
+            accepted.append(config)
+    times, in_nvcc = [], []
+    for config in accepted[: args.builds]:
+        start = time.perf_counter()
+        try:
+            built = build_artifact(task.instantiate(config), task.target, out_dir, True, False)
+            os.remove(built[0])
+            times.append(time.perf_counter() - start)
+            in_nvcc.append(built[5])
+        except Exception as err:  # a kernel nvcc refuses: a failed trial on the GPU host too
+            print(f"note: {task.name}: a build failed ({str(err).strip().splitlines()[-1][:100]})")
+    row = [task.name[:36], f"{len(accepted)}/{args.checks}", f"{from_tiles}/{args.checks - len(accepted)}",
+           f"{1e3 * replay / args.checks:.1f}", f"{1e3 * check / args.checks:.1f}",
+           f"{np.median(times):.2f}" if times else "-", f"{max(times):.2f}" if times else "-"]
+    return row, times, in_nvcc, wrong
 
 
 if __name__ == "__main__":

@@ -134,8 +134,8 @@ def test_the_tune_summary_counts_the_configs_the_target_rejected():
     # the build workers' load; on a CUDA target, the part of a build in the CUDA compiler
     pool = {"model_seconds": 10.0, "build_workers": 2, "builds": 8, "build_worker_seconds": 16.0}
     assert "busy 80% of the tuning time (8 builds, 2.00 s each on average)" in format_summary([dict(row, **pool)])
-    assert "(8 builds, 2.00 s each on average, 1.50 s of it in the CUDA compiler)" in format_summary(
-        [dict(row, **pool, build_device_compile_seconds=12.0)])
+    assert "(8 builds, 2.00 s each on average, 1.50 s of it in the CUDA compiler, NVRTC)" in format_summary(
+        [dict(row, **pool, build_device_compile_seconds=12.0, build_device_compiler="NVRTC")])
 
 
 def test_a_space_the_target_rejects_entirely_ends_the_tuning_instead_of_looping():
@@ -166,6 +166,7 @@ def test_without_a_gpu_the_builder_compiles_each_cuda_kernel_with_nvcc(cuda_task
         builder.close()
     # the builds' seconds, and the part of them in nvcc (the tune's summary prints both)
     assert builder.builds == 2 and 0 < builder.device_compile_seconds < builder.busy_seconds
+    assert builder.device_compiler == "nvcc"
     fake = tmp_path / "nvcc"
     fake.write_text("#!/bin/sh\necho 'nvcc: kernel refused' >&2\nexit 1\n")
     fake.chmod(0o755)
@@ -177,6 +178,23 @@ def test_without_a_gpu_the_builder_compiles_each_cuda_kernel_with_nvcc(cuda_task
         builder.close()
     assert all(b.error_no == autotvm.MeasureErrorNo.COMPILE_DEVICE and "kernel refused" in b.error_msg
                for b in refused), [b.error_msg for b in refused]
+
+
+def test_nvcc_is_found_in_a_cuda_toolkit_off_the_path(tmp_path, monkeypatch):
+    """A CUDA toolkit often stays off the PATH: nvcc is looked for where TVM looks for the toolkit
+    (CUDA_PATH, CUDA_HOME, /usr/local/cuda), and the build workers then compile with it, not NVRTC."""
+    from autotvm.measure import workers
+
+    nvcc = tmp_path / "cuda" / "bin" / "nvcc"
+    nvcc.parent.mkdir(parents=True)
+    nvcc.write_text("#!/bin/sh\n")
+    nvcc.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvcc on it
+    monkeypatch.delenv("TVM_CUDA_COMPILE_MODE", raising=False)
+    monkeypatch.setenv("CUDA_PATH", str(tmp_path / "cuda"))
+    assert workers.find_nvcc() == str(nvcc) and workers.cuda_compiler() == "nvcc"
+    monkeypatch.setenv("TVM_CUDA_COMPILE_MODE", "nvrtc")  # the user's choice stands
+    assert workers.cuda_compiler() == "NVRTC"
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc to compile CUDA code")

@@ -63,9 +63,11 @@ def format_summary(rows: list[dict]) -> str:
     if capacity and builds:  # below 100%: the workers waited for work (proposals, checks, runs, a round's slowest)
         built = sum(r.get("build_worker_seconds", 0.0) for r in models)
         device = sum(r.get("build_device_compile_seconds", 0.0) for r in models)  # CUDA targets
+        compiler = next((r["build_device_compiler"] for r in models if r.get("build_device_compiler")), None)
         lines.append(f"build workers busy {100 * built / capacity:.0f}% of the tuning time ({builds} builds, "
                      f"{built / builds:.2f} s each on average"
-                     + (f", {device / builds:.2f} s of it in the CUDA compiler)" if device else ")"))
+                     + (f", {device / builds:.2f} s of it in the CUDA compiler, {compiler or 'nvcc or NVRTC'})"
+                        if device else ")"))
     failed = sum((Counter(r.get("failed", {})) for r in rows), Counter())
     if failed:  # AutoTVM's MeasureErrorNo of each failed trial (its message is in the log)
         lines.append(f"trials that failed: {sum(failed.values())} ("

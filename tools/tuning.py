@@ -63,7 +63,8 @@ def tune_model(name: str, tasks: list, settings: TuningSettings, option: dict,
     wall = time.perf_counter() - start  # below the tasks' summed seconds when rounds were in flight at once
     pool = {"build_workers": builder.n_parallel, "builds": builder.builds - builds_before,
             "build_worker_seconds": builder.busy_seconds - busy_before,
-            "build_device_compile_seconds": builder.device_compile_seconds - device_before}
+            "build_device_compile_seconds": builder.device_compile_seconds - device_before,
+            "build_device_compiler": builder.device_compiler}
     return [{"model": name, "model_seconds": wall, **pool, "task": s.task.name, "weight": s.task.weight,
              "configs": s.task.config_space.range_length, "trials": s.trials, "resumed": done, "best_gflops": s.tuner.best_flops / 1e9, "seconds": s.seconds,
              "rejected": s.tuner.rejected, "propose_seconds": s.tuner.tuner_seconds,

@@ -67,7 +67,8 @@ class LocalBuilder:
         self._executor: PopenPoolExecutor | None = None
         self._lock = threading.Lock()  # rounds of several tasks may build at once (``TaskScheduler``)
         self.builds, self.busy_seconds = 0, 0.0  # builds so far and the workers' time in them (the pool's load)
-        self.device_compile_seconds = 0.0  # the part of busy_seconds in the CUDA compiler (nvcc, NVRTC)
+        self.device_compile_seconds = 0.0  # the part of busy_seconds in the CUDA compiler ...
+        self.device_compiler: str | None = None  # ... which: "nvcc" or "NVRTC" (None: no CUDA build yet)
         atexit.register(self.close)
 
     @property
@@ -118,6 +119,8 @@ class LocalBuilder:
         try:
             path, arg_info, check_path, check_info, seconds, device_seconds = future.result()
             self._count(seconds, device_seconds)
+            if device_seconds:  # without a GPU, the builder's own check compiles with nvcc
+                self.device_compiler = workers.cuda_compiler() if self._gpu_here(inp.task.target) else "nvcc"
             self._largest = max(self._largest, os.path.getsize(path))
             return BuildResult(path, arg_info, MeasureErrorNo.NO_ERROR, "", instantiate_cost + seconds,
                                check_path and (check_path, check_info))

@@ -113,19 +113,36 @@ def _time_device_compiler() -> None:
 
 
 def find_nvcc() -> str | None:
-    """nvcc on the PATH, or from NVIDIA's wheels (the project's extra ``cuda``: ``nvidia/cu*/bin``)."""
+    """nvcc on the PATH, in a CUDA toolkit where TVM looks for one (``CUDA_PATH``, ``CUDA_HOME``,
+    ``/usr/local/cuda``: a toolkit often stays off the PATH), or from NVIDIA's wheels (the
+    project's extra ``cuda``: ``nvidia/cu*/bin``)."""
     import glob
     import shutil
 
     found = shutil.which("nvcc")
     if found:
         return found
+    roots = [os.environ.get("CUDA_PATH"), os.environ.get("CUDA_HOME"), "/usr/local/cuda"]
+    for root in filter(None, roots):
+        path = os.path.join(root, "bin", "nvcc")
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
     try:
         import nvidia  # the wheels' namespace package
     except ImportError:
         return None
     candidates = [path for root in nvidia.__path__ for path in sorted(glob.glob(os.path.join(root, "cu*", "bin", "nvcc")))]
     return next((path for path in reversed(candidates) if os.access(path, os.X_OK)), None)
+
+
+def cuda_compiler() -> str:
+    """The compiler a build worker's TVM compiles CUDA kernels with on a GPU host (``init_builder``'s
+    rule): the one ``TVM_CUDA_COMPILE_MODE`` names, else nvcc where ``find_nvcc`` finds it, else
+    NVRTC (TVM's default)."""
+    mode = os.environ.get("TVM_CUDA_COMPILE_MODE")
+    if mode:
+        return "nvcc" if mode == "nvcc" else "NVRTC"
+    return "nvcc" if find_nvcc() is not None else "NVRTC"
 
 
 def check_cuda_kernels(lib: Any, target: Any) -> None:
