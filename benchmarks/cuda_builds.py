@@ -10,7 +10,10 @@ accepted configs of each function are then built one at a time on one core by th
 function (``autotvm.measure.workers.build_artifact``: TVM's lowering, nvcc where it is installed,
 the library's export). It prints the check's cost and acceptance, the build times, and what a
 batch of ``--workers`` builds waits for: the slowest of that many (resampled from the builds
-timed here), against the mean a worker that never waits would take.
+timed here), against the mean a worker that never waits would take. Last, such a batch of the
+accepted configs goes through the tune's own builder (``LocalBuilder``, ``--workers`` workers, at
+most one a core) and its wall time is printed: on a GPU host, the builds exactly as a tune's round
+makes them (TVM's CUDA compiler callback, nvcc or NVRTC).
 """
 
 from __future__ import annotations
@@ -49,15 +52,16 @@ def main() -> None:
     config = load_config(args.config)
     precision = args.precision or config.run_settings.precision
     target = autotvm.make_target({"kind": "cuda", "arch": args.arch})  # the GPU's limits, or every GPU's
-    rows, builds, in_nvcc = [], [], []
+    rows, builds, in_nvcc, batch = [], [], [], []
     disagreements = 0
     rng = np.random.default_rng(args.seed)
     with tempfile.TemporaryDirectory(prefix="cuda-builds-") as out_dir:  # the libraries built, removed after
         for spec in config.models:
             _, _, _, tasks = model_tasks(spec, target, precision)
             for task in sorted(tasks, key=lambda t: -t.weight * t.flop)[: args.functions]:
-                row, times, nvcc_times, wrong = _sample(task, args, rng, out_dir)
+                row, times, nvcc_times, wrong, accepted = _sample(task, args, rng, out_dir)
                 rows.append(row)
+                batch += [autotvm.MeasureInput(task.target, task, config_) for config_ in accepted]
                 builds += times
                 in_nvcc += nvcc_times
                 disagreements += wrong
@@ -72,12 +76,37 @@ def main() -> None:
         print(f"{len(builds)} builds on one core: mean {np.mean(builds):.2f} s{nvcc}, median {np.median(builds):.2f} s, "
               f"max {max(builds):.2f} s; a batch of {args.workers} on {args.workers} workers waits "
               f"{draws.max(axis=1).mean():.2f} s for its slowest (resampled), against {np.mean(builds):.2f} s a build")
+    if batch:
+        _build_batch(batch, min(args.workers, os.cpu_count() or 1))
+
+
+def _build_batch(accepted, workers):
+    """One batch of ``workers`` of the accepted configs (in the table's order, again from the first
+    when fewer) through the tune's builder; prints its wall time, the workers' load and the CUDA
+    compiler's share."""
+    import autotvm
+
+    inputs = [accepted[i % len(accepted)] for i in range(workers)]
+    builder = autotvm.LocalBuilder(n_parallel=workers, timeout=120)
+    try:
+        builder.executor  # the workers started and TVM imported, as before a tune's first round
+        start = time.perf_counter()
+        results = builder.build(inputs)
+        wall = time.perf_counter() - start
+    finally:
+        builder.close()
+    ok = sum(r.error_no == 0 for r in results)
+    compiler = (f", {builder.device_compile_seconds / builder.builds:.2f} s of it in {builder.device_compiler}"
+                if builder.device_compile_seconds else "")
+    print(f"a batch of {workers} builds through the tune's builder on {workers} workers: {wall:.2f} s, {ok} built "
+          f"(workers busy {100 * builder.busy_seconds / (wall * workers):.0f}%; "
+          f"{builder.busy_seconds / max(builder.builds, 1):.2f} s a build{compiler})")
 
 
 def _sample(task, args, rng, out_dir):
     """Check ``args.checks`` random configs of ``task`` as a tune does, build ``args.builds`` accepted
-    ones; returns the table's row, the builds' seconds, their seconds in nvcc, and the configs the
-    check and the replay disagree on."""
+    ones; returns the table's row, the builds' seconds, their seconds in nvcc, the configs the
+    check and the replay disagree on, and the configs built."""
     from autotvm.measure.workers import build_artifact
     from autotvm.task.space import InstantiationError
 
@@ -114,7 +143,7 @@ def _sample(task, args, rng, out_dir):
     row = [task.name[:36], f"{len(accepted)}/{args.checks}", f"{from_tiles}/{args.checks - len(accepted)}",
            f"{1e3 * replay / args.checks:.1f}", f"{1e3 * check / args.checks:.1f}",
            f"{np.median(times):.2f}" if times else "-", f"{max(times):.2f}" if times else "-"]
-    return row, times, in_nvcc, wrong
+    return row, times, in_nvcc, wrong, accepted[: args.builds]
 
 
 if __name__ == "__main__":

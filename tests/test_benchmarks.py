@@ -47,6 +47,10 @@ def test_the_cuda_build_benchmark_checks_and_builds_without_a_gpu(tmp_path):
     nvcc = re.search(r"builds on one core: mean ([\d.]+) s \(([\d.]+) s of it in nvcc\)", result.stdout)
     assert (nvcc is not None) == (find_nvcc() is not None), result.stdout[-2000:]
     assert nvcc is None or 0 < float(nvcc[2]) < float(nvcc[1])
+    # a batch through the tune's own builder, one worker a core
+    workers = min(4, os.cpu_count() or 1)
+    assert f"a batch of {workers} builds through the tune's builder on {workers} workers:" in result.stdout
+    assert f"{workers} built (workers busy" in result.stdout, result.stdout[-2000:]
 
 
 def test_ctrl_c_ends_with_one_line_the_table_so_far_and_whole_records(tmp_path):
