@@ -19,6 +19,7 @@ GELU, a residual), applied to each tile while it is in cache.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple
 
 import tvm
@@ -90,6 +91,7 @@ def _fits_registers(mr: int, nv: int) -> bool:
     return mr * nv + nv + 1 <= 32
 
 
+@functools.lru_cache(maxsize=None)  # once per shape and process: TVMScript parses slowly, and a tune instantiates often
 def intrinsic(mr: int, nv: int, kt: int) -> tuple[str, str]:
     """Register the micro-kernel C[mr, 16 nv] += A[mr, 2 kt] B[kt, 16 nv, 2] as a tensor intrinsic;
     returns (its name, the LLVM IR its kernels must carry: ``with_kernel_ir``)."""
