@@ -119,7 +119,7 @@ class LocalBuilder:
         try:
             path, arg_info, check_path, check_info, seconds, device_seconds = future.result()
             self._count(seconds, device_seconds)
-            if device_seconds:  # without a GPU, the builder's own check compiles with nvcc
+            if device_seconds and self.device_compiler is None:  # without a GPU, the builder's check uses nvcc
                 self.device_compiler = workers.cuda_compiler() if self._gpu_here(inp.task.target) else "nvcc"
             self._largest = max(self._largest, os.path.getsize(path))
             return BuildResult(path, arg_info, MeasureErrorNo.NO_ERROR, "", instantiate_cost + seconds,
