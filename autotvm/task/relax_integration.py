@@ -56,9 +56,9 @@ def prepare_program(mod: tvm.IRModule, params: dict | None = None, conv_layout: 
 
     ``precision="float16"`` runs the model in half precision (Relax's ``ToMixedPrecision``):
     matmuls and convolutions read and write float16, so on a GPU they run on its tensor cores,
-    and the constant weights are converted here, once. They accumulate in float16 too: TVM 0.27
-    generates no tensor-core kernel that accumulates in float32 (its code generation stops on a
-    buffer type mismatch), and one that does not use the tensor cores is no faster than float32.
+    and the constant weights are converted here, once. They accumulate in float16 too: TVM 0.27's
+    code generation stops on most tensor-core kernels that accumulate in float32 (a buffer type
+    mismatch in ``tvm_access_ptr``), and one that does not use the tensor cores is no faster than float32.
     The model's inputs and outputs stay float32."""
     from tvm import relax
 
