@@ -23,6 +23,7 @@ import os
 import sys
 import tempfile
 import time
+from typing import Any
 
 import numpy as np
 
@@ -80,7 +81,7 @@ def main() -> None:
         _build_batch(batch, min(args.workers, os.cpu_count() or 1))
 
 
-def _build_batch(accepted, workers):
+def _build_batch(accepted: list, workers: int) -> None:
     """One batch of ``workers`` of the accepted configs (in the table's order, again from the first
     when fewer) through the tune's builder; prints its wall time, the workers' load and the CUDA
     compiler's share."""
@@ -103,7 +104,7 @@ def _build_batch(accepted, workers):
           f"{builder.busy_seconds / max(builder.builds, 1):.2f} s a build{compiler})")
 
 
-def _sample(task, args, rng, out_dir):
+def _sample(task: Any, args: argparse.Namespace, rng: np.random.Generator, out_dir: str) -> tuple:
     """Check ``args.checks`` random configs of ``task`` as a tune does, build ``args.builds`` accepted
     ones; returns the table's row, the builds' seconds, their seconds in nvcc, the configs the
     check and the replay disagree on, and the configs built."""
