@@ -93,6 +93,10 @@ def test_benchmark_writes_table_and_chart(tuned):
     assert {r["variant"]: r["precision"] for r in rows}["openvino-f32"] == "float32"
     assert all(r["precision"] == "float32" for r in rows if r["variant"] != "openvino")  # OpenVINO's own choice
     assert all(float(r["median_ms"]) > 0 and int(r["rounds"]) == 2 for r in rows)
+    # where the benchmark's own time goes: each variant's build or compile with its check, then the timing
+    assert all(float(r["ready_seconds"]) > 0 for r in rows)
+    assert "== mm: model loaded in " in result.stdout and ", tvm-tuned " in result.stdout, result.stdout[-3000:]
+    assert re.search(r"== mm: timed in [\d.]+ s", result.stdout), result.stdout[-3000:]
     assert all(r["matches_pytorch"] == "True" and float(r["cosine"]) > 0.999 for r in rows)
     # float32 within rtol/atol; a reduced precision (OpenVINO's bfloat16 on a CPU with AVX512-BF16) by its cosine
     assert all(float(r["max_rel_error"]) < 1e-3 for r in rows if r["precision"] == "float32")

@@ -14,6 +14,7 @@ import contextlib
 import csv
 import json
 import os
+import time
 from typing import Any
 
 import tabulate
@@ -65,15 +66,19 @@ def device_name(target: Any) -> str:
 def _benchmark_model(spec: ModelSpec, config: Config, target: Any, where: Placement, out_dir: str) -> list[dict]:
     """Prepare every variant of one model, check its outputs, then time them all interleaved."""
     run = config.run_settings
+    start = time.perf_counter()
     model, mod, params = load_program(spec)
     expected = model.torch_outputs()  # float32 on the CPU: what every variant is checked against
+    loaded = time.perf_counter() - start
     log = config.autotuner_settings.log_path(spec.name)
-    runtimes, checks = [], {}
+    runtimes, checks, ready = [], {}, {}
     for variant in run.variants or default_variants(where.device):
+        start = time.perf_counter()
         runtime = _prepare(variant, spec, model, mod, params, target, where, log, out_dir, run.profile)
         if runtime is None:
             continue
-        checks[variant] = accuracy(runtime, expected, run)
+        checks[variant] = accuracy(runtime, expected, run)  # a first call: torch.compile compiles here
+        ready[variant] = time.perf_counter() - start  # built or compiled, and checked
         if not checks[variant]["matches_pytorch"]:
             print(f"WARNING: {spec.name} {variant}: outputs differ from PyTorch eager in float32 beyond "
                   + (f"rtol={run.rtol}, atol={run.atol} x max|output|" if runtime.precision == "float32"
@@ -81,9 +86,13 @@ def _benchmark_model(spec: ModelSpec, config: Config, target: Any, where: Placem
                   + f" (max error {checks[variant]['max_rel_error']:.3g} of the output's scale, cosine "
                   f"{checks[variant]['cosine']:.5f})")
         runtimes.append(runtime)
+    print(f"== {spec.name}: model loaded in {loaded:.1f} s; each variant ready (built or compiled, and checked) in: "
+          + ", ".join(f"{variant} {seconds:.1f} s" for variant, seconds in ready.items()), flush=True)
     print(f"== {spec.name}: timing {', '.join(rt.variant for rt in runtimes)} in {run.repeat} interleaved rounds",
           flush=True)
+    start = time.perf_counter()
     timings = time_interleaved(runtimes, run.repeat, run.number)
+    print(f"== {spec.name}: timed in {time.perf_counter() - start:.1f} s", flush=True)
     rows = []
     for rt in runtimes:
         stats = timings[rt.variant]
@@ -91,7 +100,7 @@ def _benchmark_model(spec: ModelSpec, config: Config, target: Any, where: Placem
             print(f"WARNING: {spec.name} {rt.variant}: timing is noisy (rounds spread {100 * stats['iqr_ratio']:.0f}% "
                   f"of the median); close other programs or raise run_settings.repeat")
         rows.append({"model": spec.name, "variant": rt.variant, "precision": rt.precision, **stats,
-                     **checks[rt.variant]})
+                     **checks[rt.variant], "ready_seconds": ready[rt.variant]})
     return rows
 
 
