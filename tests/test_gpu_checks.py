@@ -259,6 +259,28 @@ def test_a_gpu_build_replays_the_model_as_one_cuda_graph():
     assert "cuda_graph" not in cpu.as_text()
 
 
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc to compile CUDA code")
+@pytest.mark.parametrize("precision", ["float32", "float16"])
+def test_a_whole_model_cuda_build_compiles_with_nvcc(precision, tmp_path, monkeypatch):
+    """The benchmark's build of a whole model (TVM's default GPU schedules for the functions no
+    record covers, the float16 conversion, the CUDA graph) is compiled by nvcc for an H100 as its
+    GPU would load it, so a kernel nvcc refuses fails here, without a GPU (a refusing nvcc shows it)."""
+    from autotvm.measure.workers import check_cuda_kernels
+    from tools.models import build_model, load_program
+
+    spec = {"name": "cnn", "type": "torch", "model": "cnn", "width": 16, "image_size": 32, "batch": 1}
+    _, mod, params = load_program(spec)
+    target = autotvm.make_target({"kind": "cuda", "arch": "sm_90"})
+    exe = build_model(spec, mod, params, target, precision)
+    assert check_cuda_kernels(exe, target) == 1  # one CUDA module holds every kernel of the model
+    fake = tmp_path / "nvcc"
+    fake.write_text("#!/bin/sh\necho 'nvcc: kernel refused' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    with pytest.raises(Exception, match="kernel refused"):
+        check_cuda_kernels(exe, target)
+
+
 def test_a_float16_build_converts_the_weights_once_and_keeps_float32_outputs():
     """float16 (Relax's ToMixedPrecision): the fused functions read float16 weights folded at
     build time, the model's outputs stay float32 and are close to PyTorch's float32 ones (here

@@ -145,20 +145,24 @@ def cuda_compiler() -> str:
     return "nvcc" if find_nvcc() is not None else "NVRTC"
 
 
-def check_cuda_kernels(lib: Any, target: Any) -> None:
+def check_cuda_kernels(lib: Any, target: Any) -> int:
     """Compile a CUDA build's kernels with nvcc (where it is installed) for the target's
-    architecture. Without a GPU, TVM keeps them as CUDA source, which no compiler reads until a
-    GPU loads them: this is what catches, on the machine that builds, a kernel nvcc refuses."""
+    architecture; returns how many CUDA modules it compiled. Without a GPU, TVM keeps them as CUDA
+    source, which no compiler reads until a GPU loads them: this is what catches, on the machine
+    that builds, a kernel nvcc refuses. ``lib``: a built library or a Relax executable (its
+    kernels are imported by its host module)."""
     nvcc = find_nvcc()
     if nvcc is None:
-        return
+        return 0
     from tvm.support import nvcc as tvm_nvcc
 
     os.environ["PATH"] = os.path.dirname(nvcc) + os.pathsep + os.environ.get("PATH", "")
-    for module in lib.mod.imports:
-        if module.kind != "cuda":
-            continue
-        source = module.inspect_source("cuda")
+    compiled = 0
+    modules = list(lib.mod.imports)
+    while modules:
+        module = modules.pop()
+        modules.extend(module.imports)
+        source = module.inspect_source("cuda") if module.kind == "cuda" else ""
         if source:
             start = time.perf_counter()
             try:
@@ -166,6 +170,8 @@ def check_cuda_kernels(lib: Any, target: Any) -> None:
                     tvm_nvcc.compile_cuda(source, target_format="cubin", compiler="nvcc")
             finally:
                 _DEVICE_COMPILER["seconds"] += time.perf_counter() - start
+            compiled += 1
+    return compiled
 
 
 def build_artifact(mod: Any, target: Any, out_dir: str, remove_layout_rewrite: bool, check: bool,
