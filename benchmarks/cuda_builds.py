@@ -8,9 +8,9 @@ random configs of the costliest functions (weight x FLOPs) are checked as a tune
 first from their tile sizes alone (threads per block), then by replaying the schedule; ``--builds``
 accepted configs of each function are then built one at a time on one core by the builder's own
 function (``autotvm.measure.workers.build_artifact``: TVM's lowering, nvcc where it is installed,
-the library's export). It prints the check's cost and acceptance, the build times, and what a
-batch of ``--workers`` builds waits for: the slowest of that many (resampled from the builds
-timed here), against the mean a worker that never waits would take. Last, such a batch of the
+the library's export). It prints the check's cost and acceptance, how many built, the build
+times, and what a batch of ``--workers`` builds waits for: the slowest of that many (resampled
+from the builds timed here), against the mean a worker that never waits would take. Last, such a batch of the
 accepted configs goes through the tune's own builder (``LocalBuilder``, ``--workers`` workers, at
 most one a core) and its wall time is printed: on a GPU host, the builds exactly as a tune's round
 makes them (TVM's CUDA compiler callback, nvcc or NVRTC).
@@ -67,7 +67,7 @@ def main() -> None:
                 in_nvcc += nvcc_times
                 disagreements += wrong
     print(tabulate.tabulate(rows, headers=["function", "accepted", "rejected from tiles", "replay ms", "check ms",
-                                           "build s median", "build s max"]))
+                                           "built", "build s median", "build s max"]))
     print(f"{config.models[0].name} {precision} for {args.arch}, nvcc: {find_nvcc() or 'not installed (lowering only)'}; "
           "a config's mean time, one core: replay ms, replaying it and running the postprocessors; check ms, the "
           f"tune's check (its tiles first); configs the check and the replay disagree on: {disagreements}")
@@ -143,6 +143,7 @@ def _sample(task: Any, args: argparse.Namespace, rng: np.random.Generator, out_d
             print(f"note: {task.name}: a build failed ({str(err).strip().splitlines()[-1][:100]})")
     row = [task.name[:36], f"{len(accepted)}/{args.checks}", f"{from_tiles}/{args.checks - len(accepted)}",
            f"{1e3 * replay / args.checks:.1f}", f"{1e3 * check / args.checks:.1f}",
+           f"{len(times)}/{len(accepted[: args.builds])}",
            f"{np.median(times):.2f}" if times else "-", f"{max(times):.2f}" if times else "-"]
     return row, times, in_nvcc, wrong, accepted[: args.builds]
 

@@ -215,13 +215,14 @@ def test_the_cuda_compiler_callback_is_timed_and_still_compiles(monkeypatch):
     assert len(binary) > 100 and 0 < workers._DEVICE_COMPILER["seconds"] < 60
 
 
-def _fp16_matmul(n=256):
+def _fp16_matmul(n=256, sums="float16"):
     from tvm import te
 
     a = te.placeholder((n, n), name="A", dtype="float16")
     b = te.placeholder((n, n), name="B", dtype="float16")
     k = te.reduce_axis((0, n), name="k")
-    return te.create_prim_func([a, b, te.compute((n, n), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")])
+    c = te.compute((n, n), lambda i, j: te.sum(a[i, k].astype(sums) * b[k, j].astype(sums), axis=k), name="C")
+    return te.create_prim_func([a, b, c])
 
 
 def test_float16_tasks_on_tensor_core_gpus_search_tensor_core_kernels():
@@ -244,6 +245,42 @@ def test_float16_tasks_on_tensor_core_gpus_search_tensor_core_kernels():
             from autotvm.measure.workers import check_cuda_kernels
 
             check_cuda_kernels(lib, task.target)  # nvcc compiles it for sm_80, or raises
+
+
+def test_float16_matmuls_that_sum_in_float32_build_on_tensor_cores():
+    """A float16 model's matmuls read float16 and sum in float32 (as PyTorch's do): every config
+    that passes the check compiles to a WMMA kernel with float32 accumulators (TVM's default rules
+    stage the sums in the dynamic shared memory of the float16 inputs, where TVM 0.27's code
+    generator stops on most of them)."""
+    task = autotvm.task.create_from_primfunc(_fp16_matmul(512, "float32"), {"kind": "cuda", "arch": "sm_90"},
+                                             name="mm512-f16-f32sums")
+    rng = np.random.default_rng(0)
+    configs = [c for c in (task.config_space.get(int(i)) for i in rng.integers(0, len(task.config_space), 600))
+               if task.check(c) is None][:6]
+    assert len(configs) == 6
+    for config in configs:
+        lib = tvm.compile(task.instantiate(config), target=task.target)
+        source = next(m for m in lib.mod.imports if m.kind == "cuda").inspect_source("cuda")
+        assert "wmma::accumulator, 16, 16, 16, float>" in source
+        if shutil.which("nvcc"):
+            from autotvm.measure.workers import check_cuda_kernels
+
+            check_cuda_kernels(lib, task.target)
+
+
+def test_metaschedule_beside_our_tuners_searches_the_same_tensor_core_kernels():
+    """MetaSchedule's peer runs on a GPU with the tensor-core rules our tasks search (float32 sums
+    staged where TVM 0.27 compiles them), on a CPU with its own defaults."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from tools.metaschedule import _space
+
+    assert _space(autotvm.make_target("llvm")) == "post-order-apply"
+    target = autotvm.make_target({"kind": "cuda", "arch": "sm_90"})
+    ctx = ms.TuneContext(mod=tvm.IRModule({"main": _fp16_matmul(256, "float32")}), target=target,
+                         space_generator=_space(target), task_name="main", num_threads=1)
+    sketches = [str(sch.trace) for sch in ctx.generate_design_space()]
+    assert sketches and all("wmma_store_16x16x16_f32_shared\"" in trace for trace in sketches)
 
 
 def test_a_gpu_build_replays_the_model_as_one_cuda_graph():
@@ -283,8 +320,8 @@ def test_a_whole_model_cuda_build_compiles_with_nvcc(precision, tmp_path, monkey
 
 def test_a_float16_build_converts_the_weights_once_and_keeps_float32_outputs():
     """float16 (Relax's ToMixedPrecision): the fused functions read float16 weights folded at
-    build time, the model's outputs stay float32 and are close to PyTorch's float32 ones (here
-    run on the CPU, which has no tensor cores, only to check the numbers)."""
+    build time and sum in float32, the model's outputs stay float32 and are close to PyTorch's
+    float32 ones (here run on the CPU, which has no tensor cores, only to check the numbers)."""
     from tvm import relax
 
     from tools.models import build_model, load_program
@@ -293,8 +330,8 @@ def test_a_float16_build_converts_the_weights_once_and_keeps_float32_outputs():
     spec = {"name": "mlp", "type": "torch", "model": "mlp", "width": 64, "batch": 4}
     model, mod, params = load_program(spec)
     fused = autotvm.task.relax_integration.fused_program(mod, "llvm", params, precision="float16")
-    matmuls = [f for g, f in fused.functions_items() if "matmul" in g.name_hint]
-    assert matmuls and all("float16" in f.script() for f in matmuls)
+    matmuls = [f.script() for g, f in fused.functions_items() if "matmul" in g.name_hint]
+    assert matmuls and all('"float16"' in f and "= T.float32(0.0)" in f for f in matmuls)  # sums in float32
     exe = build_model(spec, mod, params, autotvm.make_target("llvm"), "float16")
     vm = relax.VirtualMachine(exe, tvm.cpu())
     out = vm["main"](*[tvm.runtime.tensor(t.numpy()) for t in model.inputs])

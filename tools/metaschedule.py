@@ -50,6 +50,20 @@ def _builder_and_runner(settings: TuningSettings) -> tuple[Any, Any]:
     return builder, runner
 
 
+def _space(target: Any) -> Any:
+    """MetaSchedule's own space generator; on a GPU with tensor cores, with the rules our tasks
+    search there (``autotvm.task.trace_task.tensor_core_rules``: MetaSchedule's, with float32 sums
+    staged where TVM 0.27 compiles them), so that both search the same kernels."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from autotvm.task.trace_task import has_tensor_cores, tensor_core_rules
+
+    if not has_tensor_cores(target):
+        return "post-order-apply"
+    return ms.space_generator.PostOrderApply(sch_rules=tensor_core_rules(), postprocs="cuda-tensorcore",
+                                             mutator_probs="cuda-tensorcore")
+
+
 def run_on_op(op: str, seed: int, trials: int, settings: TuningSettings, target: Any = "llvm") -> dict:
     """MetaSchedule's evolutionary search (``tune_tir``) on the operator workload ``op``, as a run
     record like ``tools.tuning.run_tuner``'s (no configs: its database does not name them)."""
@@ -65,7 +79,7 @@ def run_on_op(op: str, seed: int, trials: int, settings: TuningSettings, target:
         quiet()
         start = time.perf_counter()
         ms.tune_tir(func, target, work_dir, max_trials_global=trials, num_trials_per_iter=64, builder=builder,
-                    runner=runner, seed=seed, num_tuning_cores=settings.n_parallel)
+                    runner=runner, seed=seed, num_tuning_cores=settings.n_parallel, space=_space(target))
         wall = time.perf_counter() - start
         curve, best, errors = [], 0.0, 0
         for line in open(os.path.join(work_dir, "database_tuning_record.json"), encoding="utf-8"):
@@ -107,7 +121,7 @@ def tune_model(fused: Any, target: Any, where: str, trials: int, round_trials: i
         ms.relax_integration.tune_relax(fused, {}, target, where, max_trials_global=trials,
                                         max_trials_per_task=settings.trials, num_trials_per_iter=round_trials,
                                         builder=builder, runner=runner, seed=seed,
-                                        task_scheduler=settings.task_scheduler)
+                                        task_scheduler=settings.task_scheduler, space=_space(target))
     finally:
         done.set()
         watcher.join()

@@ -55,11 +55,10 @@ def prepare_program(mod: tvm.IRModule, params: dict | None = None, conv_layout: 
     normalization, convolutions the micro-kernel does not tile) stays float32.
 
     ``precision="float16"`` runs the model in half precision (Relax's ``ToMixedPrecision``):
-    matmuls and convolutions read and write float16, so on a GPU they run on its tensor cores,
-    and the constant weights are converted here, once. They accumulate in float16 too: TVM 0.27's
-    code generation stops on most tensor-core kernels that accumulate in float32 (a buffer type
-    mismatch in ``tvm_access_ptr``), and one that does not use the tensor cores is no faster than float32.
-    The model's inputs and outputs stay float32."""
+    matmuls and convolutions read float16 and accumulate in float32, as PyTorch's and cuBLAS's
+    half-precision kernels do, and their outputs go on in float16; on a GPU they run on its tensor
+    cores (``autotvm.task.trace_task.tensor_core_rules``), and the constant weights are converted
+    here, once. The model's inputs and outputs stay float32."""
     from tvm import relax
 
     check("conv_layout", conv_layout, choice(CONV_LAYOUTS))
@@ -85,7 +84,7 @@ def prepare_program(mod: tvm.IRModule, params: dict | None = None, conv_layout: 
         if conv_algorithm == "winograd":
             passes.append(winograd_conv2d)
     if precision == "float16":
-        passes += [relax.transform.ConvertToDataflow(), relax.transform.ToMixedPrecision(out_dtype="float16"),
+        passes += [relax.transform.ConvertToDataflow(), relax.transform.ToMixedPrecision(out_dtype="float32"),
                    relax.transform.FoldConstant()]  # the weights converted once
     elif precision == "bfloat16":
         passes += [to_bfloat16]

@@ -55,17 +55,53 @@ def _normalise(func_or_mod: Any) -> tvm.IRModule:
     return tvm.IRModule({"main": func_or_mod.with_attr("global_symbol", "main")})
 
 
-def rules_kind(mod: tvm.IRModule, target: tvm.target.Target) -> str | None:
-    """The set of MetaSchedule rules a task's design space comes from: ``cuda-tensorcore`` for a
-    function that reads float16 on a GPU with tensor cores (sm_70 and newer), so that its sketches
-    compute on them (WMMA); None for the target's own set otherwise."""
+def has_tensor_cores(target: Any) -> bool:
+    """Whether the target is a CUDA GPU with tensor cores (sm_70 and newer)."""
+    target = make_target(target)
     if target.kind.name != "cuda":
-        return None
+        return False
     arch = str(target.attrs.get("arch", "sm_50"))
     digits = "".join(ch for ch in arch[3:] if ch.isdigit())
-    if not digits or int(digits) < 70:
+    return bool(digits) and int(digits) >= 70
+
+
+def rules_kind(mod: tvm.IRModule, target: tvm.target.Target) -> str | None:
+    """The set of MetaSchedule rules a task's design space comes from: ``cuda-tensorcore`` for a
+    function that reads float16 on a GPU with tensor cores, so that its sketches compute on them
+    (WMMA; ``tensor_core_rules``); None for the target's own set otherwise."""
+    if not has_tensor_cores(target):
         return None
     return "cuda-tensorcore" if any(dtype == "float16" for _, _, dtype in buffer_signature(mod)) else None
+
+
+TENSOR_CORE_RULES = ":f32-sums-in-shared,no-3-vectors"  # in the design-space cache's key: changes with them
+
+
+def tensor_core_rules() -> list:
+    """MetaSchedule's CUDA tensor-core schedule rules (``cuda-tensorcore``: WMMA tiles, then the
+    CUDA rules) with one change: a float32 accumulator is staged in static shared memory on its
+    way out, where TVM's default stages it in the dynamic shared memory that also holds the
+    float16 inputs: TVM 0.27's code generator stops on most kernels of the default's (the merged
+    allocation is float16: ``tvm_access_ptr``'s type check). Its copies move 1, 2, 4, 8 or 16
+    elements at a time, not the default's 3 too (a vector of 3 meets the float16 cast on the way
+    out, which TVM's CUDA code generator refuses). Float16 and int8 tiles keep the default's rule. (The default's MMA rule adds no sketch
+    after the WMMA rule and is left out.) The tensor intrinsics must be loaded first
+    (``load_tensor_intrinsics``)."""
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.schedule_rule import MultiLevelTilingTensorCore, ReuseType
+    from tvm.s_tir.tensor_intrin.cuda import get_wmma_intrin_group
+
+    def wmma(groups: list, store: str, vector_lens: list) -> Any:
+        return MultiLevelTilingTensorCore(
+            intrin_groups=[get_wmma_intrin_group("shared.dyn", store, in_dtype, out_dtype, trans_b)
+                           for in_dtype, out_dtype in groups for trans_b in (False, True)],
+            structure="SSSRRSRS", tile_binds=["blockIdx.y", "blockIdx.x", "threadIdx.y"], max_innermost_factor=4,
+            vector_load_lens=vector_lens, reuse_read=ReuseType("must", [4], "shared.dyn"),
+            reuse_write=ReuseType("must", [2], store), use_software_pipeline=False)
+
+    cuda = list(ms.ScheduleRule.create("cuda"))  # ApplyCustomRule, MultiLevelTiling, ...
+    return [cuda[0], wmma([("float16", "float32")], "shared", [1, 2, 4, 8, 16]),
+            wmma([("float16", "float16"), ("int8", "int32")], "shared.dyn", [1, 2, 3, 4, 8, 16]), *cuda[1:]]
 
 
 def _tune_context(mod: tvm.IRModule, target: tvm.target.Target) -> Any:
@@ -74,7 +110,7 @@ def _tune_context(mod: tvm.IRModule, target: tvm.target.Target) -> Any:
 
     kind = rules_kind(mod, target)
     generator = "post-order-apply" if kind is None else ms.space_generator.PostOrderApply(
-        sch_rules=kind, postprocs=kind, mutator_probs=kind)
+        sch_rules=tensor_core_rules(), postprocs=kind, mutator_probs=kind)
     return ms.TuneContext(mod=mod, target=target, space_generator=generator, task_name="main", num_threads=1)
 
 
@@ -82,6 +118,7 @@ def _design_space_traces(mod: tvm.IRModule, target: tvm.target.Target, ctx: Any)
     """The sketches of ``mod`` for ``target``, simplified; cached on disk as trace JSON. A cache
     that cannot be read or written (a full disk, a read-only home) only costs the regeneration."""
     rules = rules_kind(mod, target) or ""
+    rules += TENSOR_CORE_RULES if rules == "cuda-tensorcore" else ""
     key = hashlib.sha256((mod.script() + json.dumps(str(target)) + tvm.__version__ + rules).encode()).hexdigest()[:32]
     cached = _cache_call(lambda cache: cache.get(key))
     if cached is not None:
