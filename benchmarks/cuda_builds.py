@@ -10,10 +10,10 @@ accepted configs of each function are then built one at a time on one core by th
 function (``autotvm.measure.workers.build_artifact``: TVM's lowering, nvcc where it is installed,
 the library's export). It prints the check's cost and acceptance, how many built, the build
 times, and what a batch of ``--workers`` builds waits for: the slowest of that many (resampled
-from the builds timed here), against the mean a worker that never waits would take. Last, such a batch of the
-accepted configs goes through the tune's own builder (``LocalBuilder``, ``--workers`` workers, at
-most one a core) and its wall time is printed: on a GPU host, the builds exactly as a tune's round
-makes them (TVM's CUDA compiler callback, nvcc or NVRTC).
+from the builds timed here), against the mean a worker that never waits would take. Last, such
+a batch of the accepted configs goes through the tune's own builder (``LocalBuilder``,
+``--workers`` workers, at most one a core) and its wall time is printed: on a GPU host, the
+builds exactly as a tune's round makes them (TVM's CUDA compiler callback, nvcc or NVRTC).
 """
 
 from __future__ import annotations

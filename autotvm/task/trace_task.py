@@ -84,9 +84,9 @@ def tensor_core_rules() -> list:
     float16 inputs: TVM 0.27's code generator stops on most kernels of the default's (the merged
     allocation is float16: ``tvm_access_ptr``'s type check). Its copies move 1, 2, 4, 8 or 16
     elements at a time, not the default's 3 too (a vector of 3 meets the float16 cast on the way
-    out, which TVM's CUDA code generator refuses). Float16 and int8 tiles keep the default's rule. (The default's MMA rule adds no sketch
-    after the WMMA rule and is left out.) The tensor intrinsics must be loaded first
-    (``load_tensor_intrinsics``)."""
+    out, which TVM's CUDA code generator refuses). Float16 and int8 tiles keep the default's
+    rule; the default's MMA rule, which adds no sketch after the WMMA rule, is left out. The
+    tensor intrinsics must be loaded first (``load_tensor_intrinsics``)."""
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.schedule_rule import MultiLevelTilingTensorCore, ReuseType
     from tvm.s_tir.tensor_intrin.cuda import get_wmma_intrin_group
