@@ -97,21 +97,34 @@ def clamped_takes(mod: tvm.IRModule) -> tvm.IRModule:
     out of range is clamped instead of read out of bounds, and TVM no longer warns of it at every
     legalization (``FoldConstant``'s included). Indices in range give the same values, as fast."""
     from tvm import relax
+
+    def clamp(_builder: Any, call: Any) -> Any:
+        if call.op.name == "relax.take" and call.attrs.mode == "fast":
+            return relax.op.take(call.args[0], call.args[1], call.attrs.axis, mode="clip")
+        return None
+
+    return _rewrite_calls(mod, clamp)
+
+
+def _rewrite_calls(mod: tvm.IRModule, rewrite: Any) -> tvm.IRModule:
+    """``mod`` with the operator calls of its Relax functions that ``rewrite(builder, call)``
+    replaces: it returns the new expression (binding any it needs with ``builder.emit``), or None
+    to keep the call."""
+    from tvm import relax
     from tvm.relax.expr_functor import PyExprMutator, mutator
 
     @mutator
-    class Clamp(PyExprMutator):
+    class Rewrite(PyExprMutator):
         def visit_call_(self, call: Any) -> Any:
             call = self.visit_expr_post_order(call)
-            if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.take" and call.attrs.mode == "fast":
-                return relax.op.take(call.args[0], call.args[1], call.attrs.axis, mode="clip")
-            return call
+            new = rewrite(self.builder_, call) if isinstance(call.op, tvm.ir.Op) else None
+            return call if new is None else new
 
-    clamp = Clamp(mod)
+    rewriter = Rewrite(mod)
     for gvar, func in mod.functions_items():
         if isinstance(func, relax.Function):
-            clamp.builder_.update_func(gvar, clamp.visit_expr(func))
-    return clamp.builder_.get()
+            rewriter.builder_.update_func(gvar, rewriter.visit_expr(func))
+    return rewriter.builder_.get()
 
 
 def _has_conv2d(mod: tvm.IRModule) -> bool:
@@ -217,23 +230,14 @@ def _float16_erf_in_float32(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
     TVM's float16 fast erf, which ``FastMathTransform`` puts in its place, strays past 1 near
     |x| = 4."""
     from tvm import relax
-    from tvm.relax.expr_functor import PyExprMutator, mutator
 
-    @mutator
-    class Widen(PyExprMutator):
-        def visit_call_(self, call: Any) -> Any:
-            call = self.visit_expr_post_order(call)
-            if (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.erf"
-                    and str(getattr(call.args[0].ty, "dtype", "")) == "float16"):
-                wide = self.builder_.emit(relax.op.astype(call.args[0], "float32"))
-                return relax.op.astype(self.builder_.emit(relax.op.erf(wide)), "float16")
-            return call
+    def widen(builder: Any, call: Any) -> Any:
+        if call.op.name == "relax.erf" and str(getattr(call.args[0].ty, "dtype", "")) == "float16":
+            wide = builder.emit(relax.op.astype(call.args[0], "float32"))
+            return relax.op.astype(builder.emit(relax.op.erf(wide)), "float16")
+        return None
 
-    widen = Widen(mod)
-    for gvar, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            widen.builder_.update_func(gvar, widen.visit_expr(func))
-    return widen.builder_.get()
+    return _rewrite_calls(mod, widen)
 
 
 def _fast_gelu(bb: Any, call: Any) -> Any:
