@@ -54,14 +54,9 @@ def _space(target: Any) -> Any:
     """MetaSchedule's own space generator; on a GPU with tensor cores, with the rules our tasks
     search there (``autotvm.task.trace_task.tensor_core_rules``: MetaSchedule's, with float32 sums
     staged where TVM 0.27 compiles them), so that both search the same kernels."""
-    from tvm.s_tir import meta_schedule as ms
+    from autotvm.task.trace_task import has_tensor_cores, tensor_core_space
 
-    from autotvm.task.trace_task import has_tensor_cores, tensor_core_rules
-
-    if not has_tensor_cores(target):
-        return "post-order-apply"
-    return ms.space_generator.PostOrderApply(sch_rules=tensor_core_rules(), postprocs="cuda-tensorcore",
-                                             mutator_probs="cuda-tensorcore")
+    return tensor_core_space() if has_tensor_cores(target) else "post-order-apply"
 
 
 def run_on_op(op: str, seed: int, trials: int, settings: TuningSettings, target: Any = "llvm") -> dict:

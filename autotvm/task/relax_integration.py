@@ -226,15 +226,18 @@ def _blocks(sch: Any, parent: Any) -> list:
 
 @tvm.transform.module_pass(opt_level=0, name="Float16ErfInFloat32")
 def _float16_erf_in_float32(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
-    """A float16 erf computes in float32 and rounds once, as a float16 GELU does (``_fast_gelu``):
-    TVM's float16 fast erf, which ``FastMathTransform`` puts in its place, strays past 1 near
-    |x| = 4."""
+    """A float16 erf or GELU computes in float32 and rounds once: TVM's float16 fast erf, which
+    ``FastMathTransform`` and ``_fast_gelu`` put in place of erf, strays past 1 near |x| = 4
+    (-1.041 at x = -3.99), which scales the largest activations by up to 2%, an error a
+    transformer's layers compound. The casts fuse into the kernel of the op."""
     from tvm import relax
 
+    ops = {"relax.erf": relax.op.erf, "relax.nn.gelu": relax.op.nn.gelu}
+
     def widen(builder: Any, call: Any) -> Any:
-        if call.op.name == "relax.erf" and str(getattr(call.args[0].ty, "dtype", "")) == "float16":
+        if call.op.name in ops and str(getattr(call.args[0].ty, "dtype", "")) == "float16":
             wide = builder.emit(relax.op.astype(call.args[0], "float32"))
-            return relax.op.astype(builder.emit(relax.op.erf(wide)), "float16")
+            return relax.op.astype(builder.emit(ops[call.op.name](wide)), "float16")
         return None
 
     return _rewrite_calls(mod, widen)
@@ -244,16 +247,12 @@ def _fast_gelu(bb: Any, call: Any) -> Any:
     """GELU as TVM legalizes it, with ``topi.fast_erf`` (the polynomial that ``FastMathTransform``
     puts in place of a bare erf) instead of ``erf``. LLVM lowers ``erf`` to a call of libm's
     ``erff`` per value, which does not vectorise and slows down on real activations (docs/findings.md,
-    finding 8). A float16 GELU computes in float32 and rounds once: TVM's float16 ``fast_erf``
-    strays past 1 near |x| = 4 (-1.041 at x = -3.99), which scales the largest activations by up
-    to 2%, an error a transformer's layers compound."""
+    finding 8)."""
     from tvm import te, tirx, topi
 
     def gelu(x: te.Tensor) -> te.Tensor:
-        wide = x if x.dtype == "float32" else topi.cast(x, "float32")
-        half = tirx.const(0.5, "float32")
-        out = wide * (half + topi.fast_erf(wide * tirx.const(0.5**0.5, "float32")) * half)
-        return out if x.dtype == "float32" else topi.cast(out, x.dtype)
+        half = tirx.const(0.5, x.dtype)
+        return x * (half + topi.fast_erf(x * tirx.const(0.5**0.5, x.dtype)) * half)
 
     return bb.call_te(gelu, call.args[0], primfunc_name_hint="gelu")
 

@@ -104,13 +104,21 @@ def tensor_core_rules() -> list:
             wmma([("float16", "float16"), ("int8", "int32")], "shared.dyn", [1, 2, 3, 4, 8, 16]), *cuda[1:]]
 
 
+def tensor_core_space() -> Any:
+    """MetaSchedule's space generator with ``tensor_core_rules`` and the tensor-core postprocessors
+    and mutators (``cuda-tensorcore``)."""
+    load_tensor_intrinsics()
+    from tvm.s_tir import meta_schedule as ms
+
+    return ms.space_generator.PostOrderApply(sch_rules=tensor_core_rules(), postprocs="cuda-tensorcore",
+                                             mutator_probs="cuda-tensorcore")
+
+
 def _tune_context(mod: tvm.IRModule, target: tvm.target.Target) -> Any:
     load_tensor_intrinsics()
     from tvm.s_tir import meta_schedule as ms
 
-    kind = rules_kind(mod, target)
-    generator = "post-order-apply" if kind is None else ms.space_generator.PostOrderApply(
-        sch_rules=tensor_core_rules(), postprocs=kind, mutator_probs=kind)
+    generator = "post-order-apply" if rules_kind(mod, target) is None else tensor_core_space()
     return ms.TuneContext(mod=mod, target=target, space_generator=generator, task_name="main", num_threads=1)
 
 
