@@ -9,6 +9,8 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import math
+import os
 import sys
 from typing import Any
 
@@ -81,16 +83,53 @@ def _check_mcpu(spec: dict) -> None:
                            f"{', '.join(close or known[:6])}")
 
 
-def _host_defaults(spec: dict) -> dict:
-    """Fill an LLVM target in for this machine: its core count and, unless the target names a
-    CPU or a triple (cross-compiling), this CPU's name. Without ``mcpu`` LLVM emits generic
-    x86-64 code (SSE2, no FMA), at about half the speed of the host's vector units."""
-    import os
+@functools.lru_cache(maxsize=None)
+def host_cores() -> int:
+    """The cores this process may use, as a cluster's job or a container gets them: the CPUs its
+    affinity allows (a cpuset: Slurm, Kubernetes, ``taskset``), capped by a cgroup CPU quota
+    (``docker --cpus``); ``os.cpu_count()`` counts the whole machine's. Read once per process
+    (TVM's CPU thread pool pins its threads, which changes the affinity read later)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        cores = os.cpu_count() or 1
+    quota = cgroup_cpu_quota()
+    return max(1, min(cores, quota) if quota else cores)
 
+
+def cgroup_cpu_quota(root: str = "/sys/fs/cgroup") -> int | None:
+    """The CPUs the container's cgroup quota allows, rounded up (cgroup v2's ``cpu.max``, v1's
+    ``cpu.cfs_quota_us`` over ``cpu.cfs_period_us``, under ``root``), or None without a quota."""
+    def read(path: str) -> list[str] | None:
+        try:
+            with open(os.path.join(root, path)) as handle:
+                return handle.read().split()
+        except OSError:
+            return None
+
+    fields = read("cpu.max")  # v2: "<quota> <period>" or "max <period>"
+    if fields is None:
+        for folder in ("cpu", "cpu,cpuacct"):  # v1
+            quota, period = read(f"{folder}/cpu.cfs_quota_us"), read(f"{folder}/cpu.cfs_period_us")
+            if quota and period:
+                fields = quota + period
+                break
+    try:
+        quota_us, period_us = int(fields[0]), int(fields[1])  # "max" (v2) raises: no quota
+    except (TypeError, IndexError, ValueError):
+        return None
+    return math.ceil(quota_us / period_us) if quota_us > 0 and period_us > 0 else None  # v1: -1, no quota
+
+
+def _host_defaults(spec: dict) -> dict:
+    """Fill an LLVM target in for this machine: the cores this process may use (``host_cores``)
+    and, unless the target names a CPU or a triple (cross-compiling), this CPU's name. Without
+    ``mcpu`` LLVM emits generic x86-64 code (SSE2, no FMA), at about half the speed of the host's
+    vector units."""
     from tvm.target import codegen
 
     spec = dict(spec)
-    spec.setdefault("num-cores", os.cpu_count() or 1)
+    spec.setdefault("num-cores", host_cores())
     if "mcpu" not in spec and "mtriple" not in spec:
         host = codegen.llvm_get_system_cpu()
         if host and host != "generic":
@@ -124,10 +163,8 @@ NO_GPU_ARCH = "sm_75"
 
 def runtime_threads(target: tvm.target.Target) -> int:
     """The threads code built for ``target`` runs with: the target's ``num-cores`` (``make_target``
-    fills in this machine's), else this machine's logical CPUs."""
-    import os
-
-    return int(target.attrs.get("num-cores", 0) or os.cpu_count() or 1)
+    fills in this machine's), else the cores this process may use (``host_cores``)."""
+    return int(target.attrs.get("num-cores", 0) or host_cores())
 
 
 def use_runtime_threads(threads: Any) -> None:
@@ -139,8 +176,6 @@ def use_runtime_threads(threads: Any) -> None:
     hyper-threaded pairs): one thread on a 2-core machine. Kernels tuned that way come out serial
     (a parallel loop cannot win with one thread), and a model built from them leaves a core idle:
     a model's matmuls then run at about half the speed the cores allow."""
-    import os
-
     if isinstance(threads, (tvm.target.Target, dict, str)):
         threads = runtime_threads(make_target(threads))
     threads = check_int("threads", threads)
@@ -159,8 +194,6 @@ def peak_flops(target: Any) -> float:
     """A generous ceiling on what code built for ``target`` can compute per second: its cores x
     the widest units its CPU has x a clock no CPU reaches, doubled (for a GPU, more than any GPU's
     tensor cores). A measured cost above it is no measurement (a forged or damaged record)."""
-    import os
-
     target = make_target(target)
     if target.kind.name == "cuda":
         return _GPU_PEAK
@@ -171,7 +204,7 @@ def peak_flops(target: Any) -> float:
     except Exception:  # a target LLVM cannot describe: assume the widest units
         features = {"amx-tile"}
     per_cycle = next((ops for feature, ops in _OPS_PER_CYCLE if feature in features), 64)
-    cores = int(target.attrs.get("num-cores", 0) or os.cpu_count() or 1)
+    cores = int(target.attrs.get("num-cores", 0) or host_cores())
     return 2.0 * cores * per_cycle * _MAX_CLOCK_HZ
 
 
@@ -182,12 +215,10 @@ _GPU_BYTES_S = 5e13  # above any GPU's memory and L2 bandwidth
 def peak_bandwidth(target: Any) -> float:
     """A generous ceiling on the bytes a second code built for ``target`` can read and write: the
     bound of a kernel that computes nothing (a transpose, a copy), as ``peak_flops`` is of one that does."""
-    import os
-
     target = make_target(target)
     if target.kind.name == "cuda":
         return _GPU_BYTES_S
-    return _BYTES_PER_CORE_S * int(target.attrs.get("num-cores", 0) or os.cpu_count() or 1)
+    return _BYTES_PER_CORE_S * int(target.attrs.get("num-cores", 0) or host_cores())
 
 
 def device_of(target: tvm.target.Target) -> str:

@@ -46,6 +46,7 @@ def main() -> None:
     import tabulate
 
     import autotvm
+    from autotvm.env import host_cores
     from autotvm.measure.workers import find_nvcc
     from tools.config import load_config
     from tools.models import model_tasks
@@ -78,7 +79,7 @@ def main() -> None:
               f"max {max(builds):.2f} s; a batch of {args.workers} on {args.workers} workers waits "
               f"{draws.max(axis=1).mean():.2f} s for its slowest (resampled), against {np.mean(builds):.2f} s a build")
     if batch:
-        _build_batch(batch, min(args.workers, os.cpu_count() or 1))
+        _build_batch(batch, min(args.workers, host_cores()))
 
 
 def _build_batch(accepted: list, workers: int) -> None:

@@ -1,5 +1,9 @@
 """An LLVM target means this machine unless it says otherwise: its CPU, hence its vector units."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 import tvm
 from tvm import te
@@ -12,6 +16,38 @@ def test_bare_llvm_gets_this_cpu_and_core_count():
     target = autotvm.make_target("llvm")
     assert str(target.attrs["mcpu"]) == codegen.llvm_get_system_cpu()
     assert int(target.attrs["num-cores"]) >= 1
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs Linux's CPU affinity")
+def test_a_process_allowed_one_cpu_builds_runs_and_checks_on_one():
+    """A cluster's job or a container sees the whole machine in ``os.cpu_count()`` but may use
+    only the CPUs of its cpuset: the target's cores (the threads kernels run with), the build
+    workers, the checking threads and a config's default ``n_parallel`` follow those."""
+    code = ("import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
+            "import autotvm; from autotvm.tuner.tuner import _checker; from tools.config import load_config; "
+            "print(int(autotvm.make_target('llvm').attrs['num-cores']), autotvm.LocalBuilder().n_parallel, "
+            "_checker()._max_workers, load_config('{}').autotuner_settings.n_parallel)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                         env={**os.environ, "PYTHONPATH": ROOT})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["1", "1", "1", "1"]
+
+
+@pytest.mark.parametrize("files, cores", [
+    ({"cpu.max": "150000 100000\n"}, 2),  # cgroup v2: 1.5 CPUs, rounded up
+    ({"cpu.max": "max 100000\n"}, None),  # v2 without a quota
+    ({"cpu/cpu.cfs_quota_us": "400000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 4),  # v1
+    ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),  # v1 without a quota
+    ({}, None),  # no cgroup files
+])
+def test_a_cgroup_cpu_quota_caps_the_cores(tmp_path, files, cores):
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert autotvm.env.cgroup_cpu_quota(str(tmp_path)) == cores
 
 
 def test_explicit_cpu_or_cross_triple_is_kept():

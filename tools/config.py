@@ -18,7 +18,7 @@ import jsonschema
 
 from autotvm.checks import AutoTVMError, Validator, describe
 from autotvm.tuner.task_scheduler import STRATEGIES
-from autotvm.env import make_target
+from autotvm.env import host_cores, make_target
 from autotvm.task.relax_integration import CONV_ALGORITHMS, CONV_LAYOUTS, PRECISIONS, check_precision
 
 from .experiments import EXPERIMENTS
@@ -74,7 +74,7 @@ SCHEMA: dict = {
                 "rounds_in_flight": _with({"oneOf": [{"type": "null"}, _POSITIVE_INT]}, None),
                 "number": _with(_POSITIVE_INT, 3), "repeat": _with(_POSITIVE_INT, 3),
                 "min_repeat_ms": _with({"type": "integer", "minimum": 0}, 0),
-                "n_parallel": _with(_POSITIVE_INT, os.cpu_count() or 1),
+                "n_parallel": _with(_POSITIVE_INT, host_cores()),
                 "timeout": _with({"type": "number", "exclusiveMinimum": 0}, 10),
                 "seed": _with({"oneOf": [{"type": "null"}, {"type": "integer"}]}, 0),
                 "save_path": _with({"type": "string", "minLength": 1}, "results"),

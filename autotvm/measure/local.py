@@ -22,7 +22,7 @@ from typing import Any, Sequence
 from tvm.support.popen_pool import PopenPoolExecutor
 
 from ..checks import AutoTVMError, check, check_int, check_number, integer, text
-from ..env import device_exists, device_of, runtime_threads
+from ..env import device_exists, device_of, host_cores, runtime_threads
 from ..task.space import InstantiationError
 from . import workers
 from .measure import BuildResult, MeasureErrorNo, MeasureInput, MeasureResult, failed, full_disk_error
@@ -58,7 +58,7 @@ class LocalBuilder:
     def __init__(self, timeout: float = 10, n_parallel: int | None = None, remove_layout_rewrite: bool = True,
                  max_worker_uses: int = 200) -> None:
         self.timeout = check_number("builder timeout", timeout, 0, strict=True)
-        self.n_parallel = os.cpu_count() or 1 if n_parallel is None else check_int("builder n_parallel", n_parallel)
+        self.n_parallel = host_cores() if n_parallel is None else check_int("builder n_parallel", n_parallel)
         check_int("builder max_worker_uses", max_worker_uses)
         self.remove_layout_rewrite = remove_layout_rewrite
         self.max_worker_uses = max_worker_uses

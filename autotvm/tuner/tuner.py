@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import os
 import signal
 import threading
 import time
@@ -14,6 +13,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from ..checks import AutoTVMError, check, check_options, check_seed, integer
+from ..env import host_cores
 from ..measure.measure import (MeasureErrorNo, MeasureInput, MeasureResult, create_measure_batch, failed,
                                infrastructure_failure)
 from ..record import StaleRecords, bind_record, load_records, workload_key
@@ -35,7 +35,7 @@ def _checker() -> Any:
         if not _CHECKER:
             from concurrent.futures import ThreadPoolExecutor
 
-            _CHECKER.append(ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="autotvm-check"))
+            _CHECKER.append(ThreadPoolExecutor(max_workers=host_cores(), thread_name_prefix="autotvm-check"))
         return _CHECKER[0]
 
 
