@@ -87,14 +87,20 @@ def _check_mcpu(spec: dict) -> None:
 def host_cores() -> int:
     """The cores this process may use, as a cluster's job or a container gets them: the CPUs its
     affinity allows (a cpuset: Slurm, Kubernetes, ``taskset``), capped by a cgroup CPU quota
-    (``docker --cpus``); ``os.cpu_count()`` counts the whole machine's. Read once per process
-    (TVM's CPU thread pool pins its threads, which changes the affinity read later)."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not Linux
-        cores = os.cpu_count() or 1
+    (``docker --cpus``); ``os.cpu_count()`` counts the whole machine's."""
     quota = cgroup_cpu_quota()
+    cores = len(_allowed_cpus())
     return max(1, min(cores, quota) if quota else cores)
+
+
+@functools.lru_cache(maxsize=None)
+def _allowed_cpus() -> frozenset:
+    """The CPUs this process's affinity allows (every CPU where the platform cannot say), read
+    once per process: TVM's CPU thread pool pins its threads, which changes the affinity read later."""
+    try:
+        return frozenset(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return frozenset(range(os.cpu_count() or 1))
 
 
 def cgroup_cpu_quota(root: str = "/sys/fs/cgroup") -> int | None:
@@ -170,7 +176,8 @@ def runtime_threads(target: tvm.target.Target) -> int:
 def use_runtime_threads(threads: Any) -> None:
     """Make TVM's CPU thread pool in this process use ``threads`` threads (an int, or a target:
     its cores), unless ``TVM_NUM_THREADS`` or ``OMP_NUM_THREADS`` is set (TVM reads those, in that
-    order). Call it before the first TVM kernel runs: the pool reads the variable once.
+    order). Call it before the first TVM kernel runs: the pool reads the variable once. A process
+    given some of the machine's CPUs keeps TVM's threads on them (``TVM_BIND_THREADS=0``).
 
     Without it TVM's runtime takes half the logical CPUs of an x86-64 machine (it counts them as
     hyper-threaded pairs): one thread on a 2-core machine. Kernels tuned that way come out serial
@@ -181,6 +188,10 @@ def use_runtime_threads(threads: Any) -> None:
     threads = check_int("threads", threads)
     if "TVM_NUM_THREADS" not in os.environ and "OMP_NUM_THREADS" not in os.environ:
         os.environ["TVM_NUM_THREADS"] = str(threads)
+    if len(_allowed_cpus()) < (os.cpu_count() or 1):
+        # TVM pins its threads across the whole machine, whatever this process was given
+        # (``taskset``, ``numactl``): two jobs pinned apart would time kernels on the same cores
+        os.environ.setdefault("TVM_BIND_THREADS", "0")
 
 
 # per core and cycle, the most operations a CPU's widest units can do (AMX int8 tiles, AVX-512

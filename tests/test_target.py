@@ -36,6 +36,39 @@ def test_a_process_allowed_one_cpu_builds_runs_and_checks_on_one():
     assert out.stdout.split() == ["1", "1", "1", "1"]
 
 
+_PARALLEL_KERNEL = """
+import os, sys
+import numpy as np
+cpu = max(os.sched_getaffinity(0))
+os.sched_setaffinity(0, {cpu})
+import tvm
+from tvm import te
+import autotvm
+autotvm.use_runtime_threads(2)  # more threads than the process was given
+a = te.placeholder((256, 256), name="a")
+b = te.compute((256, 256), lambda i, j: a[i, j] * 2.0, name="b")
+sch = tvm.s_tir.Schedule(te.create_prim_func([a, b]))
+sch.parallel(sch.get_loops(sch.get_sblock("b"))[0])
+lib = tvm.compile(sch.mod, target=autotvm.make_target("llvm"))
+x = tvm.runtime.tensor(np.ones((256, 256), "float32"))
+y = tvm.runtime.tensor(np.zeros((256, 256), "float32"))
+lib(x, y)
+assert y.numpy().min() == 2.0
+print(sorted(os.sched_getaffinity(0)) == [cpu])
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or (os.cpu_count() or 1) < 2,
+                    reason="needs Linux's CPU affinity and 2 CPUs")
+def test_tvms_threads_stay_on_the_cpus_the_process_was_given():
+    """TVM's thread pool pins its threads across the whole machine: a run pinned to one CPU with
+    ``taskset`` ended on every CPU, so two jobs pinned apart would time kernels on the same cores."""
+    out = subprocess.run([sys.executable, "-c", _PARALLEL_KERNEL], capture_output=True, text=True, cwd=ROOT,
+                         timeout=120, env={**os.environ, "PYTHONPATH": ROOT})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["True"]
+
+
 @pytest.mark.parametrize("files, cores", [
     ({"cpu.max": "150000 100000\n"}, 2),  # cgroup v2: 1.5 CPUs, rounded up
     ({"cpu.max": "max 100000\n"}, None),  # v2 without a quota
