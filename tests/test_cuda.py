@@ -17,7 +17,7 @@ from test_driver import ROOT
 HAS_GPU = tvm.cuda(0).exist
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not HAS_GPU, reason="no CUDA GPU on this machine")]
-BUILDS = min(4, os.cpu_count() or 1)  # fewer workers to start: the suite stays within 2 minutes
+BUILDS = min(4, autotvm.env.host_cores())  # fewer workers to start: the suite stays within 2 minutes
 
 
 @pytest.fixture(scope="module")
