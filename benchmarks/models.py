@@ -112,11 +112,12 @@ def _run(args: argparse.Namespace, done: dict) -> None:
             bench_s = None if tune_s is None else _driver("benchmark", path, overrides, args.timeout)
             if bench_s is None:
                 continue
-            # the driver ran in this working directory: relative save paths are relative to it
-            result = json.load(open(os.path.join(save_path, f"{name}-benchmark.json"), encoding="utf-8"))
-            done["device"] = result[0].get("device", done["device"]) if result else done["device"]
             for model in config["models"]:
-                timed = {r["variant"]: r for r in result if r["model"] == model["name"]}
+                # the driver ran in this working directory: relative save paths are relative to it
+                timed_path = os.path.join(save_path, f"{name}-{model['name']}-benchmark.json")
+                result = json.load(open(timed_path, encoding="utf-8")) if os.path.exists(timed_path) else []
+                done["device"] = result[0].get("device", done["device"]) if result else done["device"]
+                timed = {r["variant"]: r for r in result}
                 tuned = timed.get("tvm-tuned")
                 others = "; ".join(f"{v} {r['median_ms']:.3f} ({SHORT.get(r['precision'], r['precision'])})"
                                    for v, r in timed.items() if v not in ("tvm-tuned", "tvm-untuned"))

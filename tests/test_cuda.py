@@ -72,7 +72,7 @@ def test_a_small_model_tunes_and_benchmarks_on_the_gpu_against_pytorch_on_the_gp
         code = driver.main([f"-m={method}", f"-c={path}"])
         captured = capsys.readouterr()
         assert code == 0, captured.out[-1500:] + captured.err[-1500:]
-    rows = json.loads((tmp_path / "t-benchmark.json").read_text())
+    rows = json.loads((tmp_path / f"t-{model['name']}-benchmark.json").read_text())
     assert {r["variant"] for r in rows} == {"pytorch-eager", "tvm-tuned"}
     assert all(r["device"] == str(tvm.cuda(0).device_name) and r["precision"] == precision for r in rows)
     assert all(r["matches_pytorch"] for r in rows), rows

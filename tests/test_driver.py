@@ -86,7 +86,7 @@ def test_benchmark_writes_table_and_chart(tuned):
     result = driver("-m=benchmark", f"-c={path}")
     assert result.returncode == 0, result.stderr[-2000:]
     out = tmp_path / "out"
-    rows = list(csv.DictReader(open(out / "t-benchmark.csv")))
+    rows = list(csv.DictReader(open(out / "t-mm-benchmark.csv")))
     # every runtime a user could ship instead, each checked against eager and timed
     assert [r["variant"] for r in rows] == ["pytorch-eager", "torch-compile", "onnxruntime", "openvino",
                                             "openvino-f32", "tvm-untuned", "tvm-tuned"]
@@ -108,14 +108,33 @@ def test_benchmark_writes_table_and_chart(tuned):
                                                                        float(tuned["median_ms"]))
     assert tuned["fastest_other"].startswith(fastest["variant"] + " (")  # named, with its precision
     assert "x fastest other" in result.stdout
-    assert (out / "t-benchmark.png").stat().st_size > 5000
-    assert (out / "t-benchmark.json").exists()
+    assert (out / "t-mm-benchmark.png").stat().st_size > 5000
+    assert (out / "t-mm-benchmark.json").exists()
     profile = list(csv.DictReader((out / "t-mm-tvm-tuned-profile.csv").open()))
     kernels = [r for r in profile if not r["name"].startswith("vm.builtin.")]
     assert kernels and sum(float(r["share"]) for r in profile) == pytest.approx(1.0, abs=1e-3)
     # each kernel is also timed when called again at once; the VM's builtins are not
     assert all(float(r["total_ms"]) > 0 and float(r["hot_ms"]) > 0 for r in kernels)
     assert all(r["hot_ms"] == "" for r in profile if r["name"].startswith("vm.builtin."))
+
+
+def test_configs_that_share_a_save_name_keep_each_others_benchmark(tmp_path):
+    """Two configs with one save_name (the shipped ones share theirs), benchmarked one after the
+    other: each model's results are written beside its records, so the second keeps the first's."""
+    from tools.benchmark import _write
+    from tools.config import load_config
+
+    settings = load_config(tiny_config(tmp_path)[0]).autotuner_settings
+    os.makedirs(settings.save_path)
+    for model, ms in (("resnet", 2.0), ("minilm", 3.0)):
+        _write([{"model": model, "variant": variant, "precision": "float32", "median_ms": ms * k, "min_ms": ms * k,
+                 "max_ms": ms * k, "matches_pytorch": True, "max_rel_error": 0.0}
+                for variant, k in (("pytorch-eager", 1.0), ("tvm-tuned", 0.5))], settings, "a test")
+    for model, ms in (("resnet", 2.0), ("minilm", 3.0)):
+        rows = list(csv.DictReader(open(tmp_path / "out" / f"t-{model}-benchmark.csv")))
+        assert [(r["model"], float(r["median_ms"])) for r in rows] == [(model, ms), (model, ms / 2)]
+        assert json.loads((tmp_path / "out" / f"t-{model}-benchmark.json").read_text())[1]["speedup_over_eager"] == 2.0
+        assert (tmp_path / "out" / f"t-{model}-benchmark.png").stat().st_size > 5000
 
 
 def test_experiment_writes_runs_summary_and_plots(tmp_path):

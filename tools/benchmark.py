@@ -4,8 +4,10 @@ For each model, every variant of ``run_settings.variants`` (PyTorch eager, torch
 Runtime, OpenVINO, TVM untuned and tuned; see ``tools.runtimes``) is prepared with the same
 threads, and its outputs are checked against PyTorch eager's. Then all are timed in interleaved
 rounds (``tools.timing``). Reported: the median over rounds, min and max, the speed-up over
-eager and over the fastest other variant. Writes a CSV, a JSON and a PNG of the medians;
-``profile`` adds a per-function breakdown of each TVM build.
+eager and over the fastest other variant. Writes each model's CSV, JSON and PNG of the medians
+beside its records (``<save_name>-<model>-benchmark.*``, as its log is ``<save_name>-<model>.json``:
+configs that share a ``save_name`` keep each other's results); ``profile`` adds a per-function
+breakdown of each TVM build.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ def benchmark_models(config: Config) -> list[dict]:
     rows: list[dict] = []
     for spec in config.models:
         rows += [dict(row, device=device) for row in _benchmark_model(spec, config, target, where, out_dir)]
-    _write(rows, out_dir, settings.save_name, f"{device}, {run.precision}" + (
+    _write(rows, settings, f"{device}, {run.precision}" + (
         f", {threads} threads per runtime" if where.device == "cpu" else ""))
     return rows
 
@@ -176,19 +178,28 @@ def speedups(rows: list[dict]) -> None:
             if fastest else ""
 
 
-def _write(rows: list[dict], out_dir: str, name: str, subtitle: str) -> None:
+def results_path(settings: Any, model: str) -> str:
+    """Where a model's benchmark goes, without its suffix: ``<save_path>/<save_name>-<model>-benchmark``."""
+    return settings.log_path(model)[: -len(".json")] + "-benchmark"
+
+
+def _write(rows: list[dict], settings: Any, subtitle: str) -> None:
     if not rows:
         print("nothing was timed")
         return
     speedups(rows)
-    base = os.path.join(out_dir, f"{name}-benchmark")
-    with open(base + ".json", "w", encoding="utf-8") as handle:
-        json.dump(rows, handle, indent=1)
-    with open(base + ".csv", "w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    bar_chart(rows, base + ".png", f"batch inference, {subtitle}")
+    written = []
+    for model in dict.fromkeys(r["model"] for r in rows):
+        mine = [r for r in rows if r["model"] == model]
+        base = results_path(settings, model)
+        with open(base + ".json", "w", encoding="utf-8") as handle:
+            json.dump(mine, handle, indent=1)
+        with open(base + ".csv", "w", newline="", encoding="utf-8") as handle:
+            writer = csv.DictWriter(handle, fieldnames=list(mine[0]))
+            writer.writeheader()
+            writer.writerows(mine)
+        bar_chart(mine, base + ".png", f"batch inference, {subtitle}")
+        written.append(base)
     table = [[r["model"], r["variant"], SHORT.get(r["precision"], r["precision"]), r["median_ms"], r["min_ms"],
               r["max_ms"], r["speedup_over_eager"], r["speedup_over_fastest_other"], r["fastest_other"],
               f"{'yes' if r['matches_pytorch'] else 'NO'} ({r['max_rel_error']:.1e})"] for r in rows]
@@ -199,4 +210,4 @@ def _write(rows: list[dict], out_dir: str, name: str, subtitle: str) -> None:
     print(f"on {subtitle}; x fastest other: the fastest other runtime's median over this one's (TVM rows: against "
           "the non-TVM runtimes), > 1 is faster; it may run in another precision (named beside it); error: the "
           "largest difference from PyTorch eager in float32, relative to the output's scale")
-    print(f"wrote {base}.csv, {base}.json and {base}.png")
+    print("wrote " + "; ".join(f"{base}.csv, .json and .png" for base in written))
