@@ -136,3 +136,33 @@ def test_runner_times_kernels_with_the_targets_cores(builder, monkeypatch):
     finally:
         runner.close()
         cloudpickle.unregister_pickle_by_value(module)
+
+
+def test_a_tune_starts_its_workers_while_the_model_loads():
+    """``tools.tune`` starts the build workers and opens the run worker's device before it loads
+    the model and extracts its tasks: ``start`` returns at once, and the first round then waits
+    for no worker to start (on a CPU a worker's start is ~2 s of importing TVM; on a GPU the run
+    worker also opens its CUDA context), with the run worker sized for the task's threads."""
+    import time
+
+    task = autotvm.task.create_from_primfunc(matmul_primfunc(), {"kind": "llvm", "num-cores": 2}, name="mm64")
+    builder = autotvm.LocalBuilder(n_parallel=2, timeout=20)
+    runner = autotvm.LocalRunner(number=1, repeat=1, timeout=10)
+    try:
+        start = time.perf_counter()
+        builder.start()
+        runner.start(task.target)
+        assert time.perf_counter() - start < 1.0
+        pool = runner._executor
+        time.sleep(6)  # the model loads, its tasks are extracted
+        runner.set_task(task, builder)
+        assert runner._executor is pool  # the worker started for the target's threads is the one that runs
+        inputs = [autotvm.MeasureInput(task.target, task, task.config_space.get(0))]
+        start = time.perf_counter()
+        builds = builder.build(inputs)
+        built = time.perf_counter()
+        assert runner.run(inputs, builds)[0].error_no == 0
+        assert built - start < 1.5 and time.perf_counter() - built < 1.0  # nothing left to start
+    finally:
+        runner.close()
+        builder.close()

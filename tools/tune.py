@@ -24,6 +24,10 @@ def tune_models(config: Config) -> list[dict]:
     writable_dir(settings.save_path, "autotuner_settings.save_path")
     target = autotvm.make_target(config.target)
     option = settings.measure_option(target)
+    # the build workers import TVM and the run worker opens the device (a CUDA context) while the
+    # models load and their tasks are extracted, not in the first round's time
+    option["builder"].start()
+    option["runner"].start(target)
     summary = []
     for spec in config.models:
         _, _, _, tasks = model_tasks(spec, target, config.run_settings.precision)

@@ -65,25 +65,36 @@ class LocalBuilder:
         self.build_dir = tempfile.mkdtemp(prefix="autotvm-build-")
         self._largest = 0  # bytes of the largest library built so far
         self._executor: PopenPoolExecutor | None = None
+        self._warming: list = []  # the workers' imports of TVM, started by ``start``
         self._lock = threading.Lock()  # rounds of several tasks may build at once (``TaskScheduler``)
         self.builds, self.busy_seconds = 0, 0.0  # builds so far and the workers' time in them (the pool's load)
         self.device_compile_seconds = 0.0  # the part of busy_seconds in the CUDA compiler ...
         self.device_compiler: str | None = None  # ... which: "nvcc" or "NVRTC" (None: no CUDA build yet)
         atexit.register(self.close)
 
+    def start(self) -> None:
+        """Start the workers and let them import TVM in the background, returning at once: a tune
+        calls this before it loads its model and extracts its tasks, which then hide the start."""
+        with self._lock:
+            self._start()
+
+    def _start(self) -> None:  # the caller holds the lock
+        if self._executor is None:
+            self._executor = _pool(self.n_parallel, self.timeout, self.max_worker_uses)
+            self._warming = [self._executor.submit(_warm_up) for _ in range(self.n_parallel)]
+
     @property
     def executor(self) -> PopenPoolExecutor:
         with self._lock:
-            if self._executor is None:
-                executor = _pool(self.n_parallel, self.timeout, self.max_worker_uses)
-                # import TVM in every worker before the first timed build (a worker that dies or
-                # outlasts the builds' timeout meanwhile is started again with the next job)
-                for fut in [executor.submit(_warm_up) for _ in range(self.n_parallel)]:
-                    try:
-                        fut.result()
-                    except (ChildProcessError, TimeoutError):
-                        pass
-                self._executor = executor
+            self._start()
+            # TVM imported in every worker before the first timed build (a worker that dies or
+            # outlasts the builds' timeout meanwhile is started again with the next job)
+            for fut in self._warming:
+                try:
+                    fut.result()
+                except (ChildProcessError, TimeoutError):
+                    pass
+            self._warming = []
             return self._executor
 
     def build_module(self, mod: Any, target: Any) -> str:
@@ -160,7 +171,7 @@ class LocalBuilder:
     def close(self) -> None:
         if self._executor is not None:
             self._executor.shutdown(wait=False)
-            self._executor = None
+            self._executor, self._warming = None, []
         shutil.rmtree(self.build_dir, ignore_errors=True)
 
 
@@ -232,14 +243,27 @@ class LocalRunner:
             raise AutoTVMError(f"{what} targets CUDA but this machine has no CUDA GPU; measure on one through an RPC "
                                "tracker (RPCRunner, or autotuner_settings.rpc) or tune for llvm")
 
-    def set_task(self, task: Any, builder: LocalBuilder) -> None:
-        """Prepare for a task: its device, the threads its kernels are timed with (the target's
-        cores, as the tuned program runs them) and, when checking, the reference program."""
-        device = device_of(task.target)
-        threads = runtime_threads(task.target) if device == "cpu" and self._tracker() is None else None
+    def start(self, target: Any) -> None:
+        """Start the run worker and open ``target``'s device in it (on a GPU, its CUDA context),
+        returning at once: a tune calls this before it loads its model and extracts its tasks,
+        which then hide the start; the first run waits for it. Nothing where an RPC server runs."""
+        if self._tracker() is None and device_exists(target):
+            self._use_threads(target)
+            self.executor.submit(workers.open_device, device_of(target))
+
+    def _use_threads(self, target: Any) -> None:
+        """The threads kernels of ``target`` are timed with (the target's cores, as the tuned
+        program runs them); a pool sized for others is replaced."""
+        threads = runtime_threads(target) if device_of(target) == "cpu" and self._tracker() is None else None
         if threads != self._threads:
             self.close()  # the workers' thread pools are sized once
             self._threads = threads
+
+    def set_task(self, task: Any, builder: LocalBuilder) -> None:
+        """Prepare for a task: its device, the threads its kernels are timed with (``_use_threads``)
+        and, when checking, the reference program."""
+        device = device_of(task.target)
+        self._use_threads(task.target)
         self.require_device(task.target, f"task {task.name!r}")
         known = self._tasks.get(task)
         reference = None

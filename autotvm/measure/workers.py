@@ -72,6 +72,16 @@ def init_runner(threads: int | None, parent: int) -> None:
         use_runtime_threads(threads)
 
 
+def open_device(device: str) -> None:
+    """Open ``device`` ahead of the first run in this run worker: TVM's runtime for it and, on a
+    GPU, the CUDA context that a first run would otherwise wait for."""
+    import tvm
+
+    dev = tvm.device(device)
+    tvm.runtime.tensor(np.zeros(1, dtype="float32"), dev)
+    dev.sync()
+
+
 def _arg_info(mod: Any) -> list:
     return [([int(x) for x in p.shape], str(p.dtype)) for p in mod["main"].params]
 
