@@ -280,6 +280,32 @@ def test_ctrl_c_leaves_a_valid_log_and_rerun_resumes(tmp_path):
     assert len(rows) == 40 and len({r["config"]["index"] for r in rows}) == 40
 
 
+def test_ctrl_c_while_the_workers_start_is_one_line(tmp_path):
+    """A tune starts its workers before it loads the model, so a Ctrl-C (the terminal signals the
+    whole process group) often finds them still importing TVM: they let it pass (the tuning process
+    ends, and they with it) instead of each dying with a traceback."""
+    import signal
+    import time
+
+    import psutil
+
+    path, _ = tiny_config(tmp_path)
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "driver.py"), "-m=tune", f"-c={path}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=project_env(),
+                            start_new_session=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not psutil.Process(proc.pid).children():
+        time.sleep(0.05)
+    workers = psutil.Process(proc.pid).children()
+    assert workers, "no worker started"
+    os.killpg(proc.pid, signal.SIGINT)  # the workers have just started: they are importing TVM
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "re-run to resume" in err, err[-2000:]
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+    _, alive = psutil.wait_procs(workers, timeout=10)
+    assert not alive  # they ended with the tune
+
+
 def test_cuda_without_a_gpu_is_one_line_for_tune_benchmark_and_experiment(tmp_path):
     import tvm
 

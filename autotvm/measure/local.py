@@ -12,6 +12,7 @@ import errno
 import logging
 import os
 import shutil
+import signal
 import socket
 import tempfile
 import threading
@@ -39,12 +40,21 @@ def _first_line(err: BaseException) -> str:
 
 
 def _pool(n_workers: int, timeout: float | None, max_uses: int, initializer: Any = workers.init_builder,
-          initargs: tuple = ()) -> PopenPoolExecutor:
-    """Workers ignore Ctrl-C: the tuning process handles it, so a worker never dies half-way
-    through a job and turns an interruption into a (false) failed measurement. They die with the
-    tuning process (its pid is the initializer's last argument), even when it is killed."""
-    return PopenPoolExecutor(max_workers=n_workers, timeout=timeout, maximum_process_uses=max_uses,
-                             initializer=initializer, initargs=(*initargs, os.getpid()))
+          initargs: tuple = ()) -> tuple[PopenPoolExecutor, list]:
+    """A pool of ``n_workers`` workers, started now: each imports TVM (the futures of those
+    imports are returned with the pool). Workers ignore Ctrl-C: the tuning process handles it, so
+    a worker never dies half-way through a job and turns an interruption into a (false) failed
+    measurement, nor prints a traceback while it imports TVM. They die with the tuning process
+    (its pid is the initializer's last argument), even when it is killed."""
+    executor = PopenPoolExecutor(max_workers=n_workers, timeout=timeout, maximum_process_uses=max_uses,
+                                 initializer=initializer, initargs=(*initargs, os.getpid()))
+    # the pool's threads, created by these first jobs, and the workers they start (and restart)
+    # inherit this thread's blocked SIGINT: a worker is deaf to it from its first instruction
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        return executor, [executor.submit(_warm_up) for _ in range(n_workers)]
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 class LocalBuilder:
@@ -80,8 +90,7 @@ class LocalBuilder:
 
     def _start(self) -> None:  # the caller holds the lock
         if self._executor is None:
-            self._executor = _pool(self.n_parallel, self.timeout, self.max_worker_uses)
-            self._warming = [self._executor.submit(_warm_up) for _ in range(self.n_parallel)]
+            self._executor, self._warming = _pool(self.n_parallel, self.timeout, self.max_worker_uses)
 
     @property
     def executor(self) -> PopenPoolExecutor:
@@ -232,8 +241,8 @@ class LocalRunner:
     def executor(self) -> PopenPoolExecutor:
         with self._lock:
             if self._executor is None:
-                self._executor = _pool(self._workers(), self.timeout, self.max_worker_uses, workers.init_runner,
-                                       (self._threads,))
+                self._executor, _ = _pool(self._workers(), self.timeout, self.max_worker_uses, workers.init_runner,
+                                          (self._threads,))
             return self._executor
 
     def require_device(self, target: Any, what: str) -> None:
