@@ -82,11 +82,14 @@ class LocalBuilder:
         self.device_compiler: str | None = None  # ... which: "nvcc" or "NVRTC" (None: no CUDA build yet)
         atexit.register(self.close)
 
-    def start(self) -> None:
-        """Start the workers and let them import TVM in the background, returning at once: a tune
-        calls this before it loads its model and extracts its tasks, which then hide the start."""
+    def start(self, wait: bool = False) -> None:
+        """Start the workers, which import TVM in the background: at once, so that a tune's model
+        load and task extraction hide it, or with ``wait`` once they are ready (an experiment's
+        first run then pays for no start its later runs skip)."""
         with self._lock:
             self._start()
+        if wait:
+            _ = self.executor  # the property waits for the workers
 
     def _start(self) -> None:  # the caller holds the lock
         if self._executor is None:
@@ -252,13 +255,18 @@ class LocalRunner:
             raise AutoTVMError(f"{what} targets CUDA but this machine has no CUDA GPU; measure on one through an RPC "
                                "tracker (RPCRunner, or autotuner_settings.rpc) or tune for llvm")
 
-    def start(self, target: Any) -> None:
-        """Start the run worker and open ``target``'s device in it (on a GPU, its CUDA context),
-        returning at once: a tune calls this before it loads its model and extracts its tasks,
-        which then hide the start; the first run waits for it. Nothing where an RPC server runs."""
+    def start(self, target: Any, wait: bool = False) -> None:
+        """Start the run worker and open ``target``'s device in it (on a GPU, its CUDA context): at
+        once, so that a tune's model load and task extraction hide it (its first run waits for
+        it), or with ``wait`` once it is open. Nothing where an RPC server runs."""
         if self._tracker() is None and device_exists(target):
             self._use_threads(target)
-            self.executor.submit(workers.open_device, device_of(target))
+            opened = self.executor.submit(workers.open_device, device_of(target))
+            if wait:
+                try:
+                    opened.result()
+                except (ChildProcessError, TimeoutError):  # the first run starts a worker again
+                    pass
 
     def _use_threads(self, target: Any) -> None:
         """The threads kernels of ``target`` are timed with (the target's cores, as the tuned
