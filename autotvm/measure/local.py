@@ -39,22 +39,60 @@ def _first_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {lines[-1] if lines else ''}"[:2000]
 
 
-def _pool(n_workers: int, timeout: float | None, max_uses: int, initializer: Any = workers.init_builder,
-          initargs: tuple = ()) -> tuple[PopenPoolExecutor, list]:
-    """A pool of ``n_workers`` workers, started now: each imports TVM (the futures of those
-    imports are returned with the pool). Workers ignore Ctrl-C: the tuning process handles it, so
-    a worker never dies half-way through a job and turns an interruption into a (false) failed
-    measurement, nor prints a traceback while it imports TVM. They die with the tuning process
-    (its pid is the initializer's last argument), even when it is killed."""
-    executor = PopenPoolExecutor(max_workers=n_workers, timeout=timeout, maximum_process_uses=max_uses,
-                                 initializer=initializer, initargs=(*initargs, os.getpid()))
-    # the pool's threads, created by these first jobs, and the workers they start (and restart)
-    # inherit this thread's blocked SIGINT: a worker is deaf to it from its first instruction
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        return executor, [executor.submit(_warm_up) for _ in range(n_workers)]
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+class _Workers:
+    """A pool of worker processes, started when first needed or ahead of it (``start``, in the
+    background); its ``executor`` is handed out once every worker has started (imported TVM, and
+    run the start's own jobs): no job's time includes a worker's start.
+
+    Workers ignore Ctrl-C: the tuning process handles it, so a worker never dies half-way through
+    a job and turns an interruption into a (false) failed measurement, nor prints a traceback
+    while it imports TVM. They die with the tuning process (its pid is the initializer's last
+    argument), even when it is killed."""
+
+    def __init__(self, n_workers: int, timeout: float | None, max_uses: int, initializer: Any = workers.init_builder,
+                 initargs: tuple = ()) -> None:
+        self.n_workers = n_workers
+        self._options = {"max_workers": n_workers, "timeout": timeout, "maximum_process_uses": max_uses,
+                         "initializer": initializer, "initargs": (*initargs, os.getpid())}
+        self._executor: PopenPoolExecutor | None = None
+        self._starting: list = []  # the futures of the workers' start
+        self._lock = threading.Lock()
+
+    def start(self, *job: Any) -> None:
+        """Start the workers, at once; ``job`` (a function and its arguments) runs as part of the start."""
+        with self._lock:
+            self._start(job)
+
+    def _start(self, job: tuple = ()) -> None:  # the caller holds the lock
+        if self._executor is None:
+            self._executor = PopenPoolExecutor(**self._options)
+            # the pool's threads, created by these first jobs, and the workers they start (and
+            # restart) inherit this thread's blocked SIGINT: deaf to it from their first instruction
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            try:
+                self._starting = [self._executor.submit(_warm_up) for _ in range(self.n_workers)]
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        if job:
+            self._starting.append(self._executor.submit(*job))
+
+    @property
+    def executor(self) -> PopenPoolExecutor:
+        with self._lock:
+            self._start()
+            for started in self._starting:  # a worker that died or outlasted the timeout restarts with its next job
+                try:
+                    started.result()
+                except (ChildProcessError, TimeoutError):
+                    pass
+            self._starting = []
+            return self._executor  # type: ignore[return-value]
+
+    def close(self) -> None:
+        with self._lock:
+            if self._executor is not None:
+                self._executor.shutdown(wait=False)
+                self._executor, self._starting = None, []
 
 
 class LocalBuilder:
@@ -74,8 +112,7 @@ class LocalBuilder:
         self.max_worker_uses = max_worker_uses
         self.build_dir = tempfile.mkdtemp(prefix="autotvm-build-")
         self._largest = 0  # bytes of the largest library built so far
-        self._executor: PopenPoolExecutor | None = None
-        self._warming: list = []  # the workers' imports of TVM, started by ``start``
+        self._pool = _Workers(self.n_parallel, self.timeout, self.max_worker_uses)
         self._lock = threading.Lock()  # rounds of several tasks may build at once (``TaskScheduler``)
         self.builds, self.busy_seconds = 0, 0.0  # builds so far and the workers' time in them (the pool's load)
         self.device_compile_seconds = 0.0  # the part of busy_seconds in the CUDA compiler ...
@@ -86,28 +123,13 @@ class LocalBuilder:
         """Start the workers, which import TVM in the background: at once, so that a tune's model
         load and task extraction hide it, or with ``wait`` once they are ready (an experiment's
         first run then pays for no start its later runs skip)."""
-        with self._lock:
-            self._start()
+        self._pool.start()
         if wait:
-            _ = self.executor  # the property waits for the workers
-
-    def _start(self) -> None:  # the caller holds the lock
-        if self._executor is None:
-            self._executor, self._warming = _pool(self.n_parallel, self.timeout, self.max_worker_uses)
+            _ = self.executor  # waits for the workers
 
     @property
     def executor(self) -> PopenPoolExecutor:
-        with self._lock:
-            self._start()
-            # TVM imported in every worker before the first timed build (a worker that dies or
-            # outlasts the builds' timeout meanwhile is started again with the next job)
-            for fut in self._warming:
-                try:
-                    fut.result()
-                except (ChildProcessError, TimeoutError):
-                    pass
-            self._warming = []
-            return self._executor
+        return self._pool.executor
 
     def build_module(self, mod: Any, target: Any) -> str:
         """Compile one module as-is (the correctness reference); returns the library path."""
@@ -182,9 +204,7 @@ class LocalBuilder:
                 pass
 
     def close(self) -> None:
-        if self._executor is not None:
-            self._executor.shutdown(wait=False)
-            self._executor, self._warming = None, []
+        self._pool.close()
         shutil.rmtree(self.build_dir, ignore_errors=True)
 
 
@@ -217,7 +237,7 @@ class LocalRunner:
         self.enable_cpu_cache_flush = enable_cpu_cache_flush
         self.check_correctness = check_correctness
         self.max_worker_uses = max_worker_uses
-        self._executor: PopenPoolExecutor | None = None
+        self._pool: _Workers | None = None  # sized for ``_threads``
         self._lock = threading.Lock()
         # per task: (its device, its reference library or None); rounds of several tasks may
         # measure at once (``TaskScheduler``'s ``in_flight``); an entry goes with its task
@@ -241,13 +261,16 @@ class LocalRunner:
     def _workers(self) -> int:
         return 1
 
+    def _workers_pool(self) -> _Workers:
+        with self._lock:
+            if self._pool is None:
+                self._pool = _Workers(self._workers(), self.timeout, self.max_worker_uses, workers.init_runner,
+                                      (self._threads,))
+            return self._pool
+
     @property
     def executor(self) -> PopenPoolExecutor:
-        with self._lock:
-            if self._executor is None:
-                self._executor, _ = _pool(self._workers(), self.timeout, self.max_worker_uses, workers.init_runner,
-                                          (self._threads,))
-            return self._executor
+        return self._workers_pool().executor
 
     def require_device(self, target: Any, what: str) -> None:
         """The one-line error when ``target``'s device is not on this machine and no RPC tracker
@@ -262,12 +285,9 @@ class LocalRunner:
         it), or with ``wait`` once it is open. Nothing where an RPC server runs."""
         if self._tracker() is None and device_exists(target):
             self._use_threads(target)
-            opened = self.executor.submit(workers.open_device, device_of(target))
+            self._workers_pool().start(workers.open_device, device_of(target))
             if wait:
-                try:
-                    opened.result()
-                except (ChildProcessError, TimeoutError):  # the first run starts a worker again
-                    pass
+                _ = self.executor  # waits for the worker
 
     def _use_threads(self, target: Any) -> None:
         """The threads kernels of ``target`` are timed with (the target's cores, as the tuned
@@ -341,9 +361,10 @@ class LocalRunner:
         return result
 
     def close(self) -> None:
-        if self._executor is not None:
-            self._executor.shutdown(wait=False)
-            self._executor = None
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
 
 
 def reference_module(task: Any) -> Any:
