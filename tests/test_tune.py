@@ -186,3 +186,27 @@ def test_a_configs_cost_leaves_out_the_workers_start():
     finally:
         runner.close()
         builder.close()
+
+
+def _fails_to_open() -> None:
+    raise RuntimeError("the device would not open")
+
+
+def test_a_start_that_failed_is_left_to_the_next_job():
+    """A start job that fails (a device that will not open) does not fail the pool's handing out:
+    the next job meets the failure in its own worker, where it is reported as that job's."""
+    import sys
+
+    import cloudpickle
+
+    from autotvm.measure.local import _Workers
+
+    module = sys.modules[__name__]
+    cloudpickle.register_pickle_by_value(module)  # the workers cannot import this file
+    pool = _Workers(1, timeout=10, max_uses=10)
+    try:
+        pool.start(_fails_to_open)
+        assert pool.executor.submit(_worker_threads).result() >= 1
+    finally:
+        pool.close()
+        cloudpickle.unregister_pickle_by_value(module)

@@ -80,10 +80,12 @@ class _Workers:
     def executor(self) -> PopenPoolExecutor:
         with self._lock:
             self._start()
-            for started in self._starting:  # a worker that died or outlasted the timeout restarts with its next job
+            for started in self._starting:
+                # a start that failed (the worker died, outlasted the timeout, could not open the
+                # device) is met again, and reported, by the next job, in a worker started again
                 try:
                     started.result()
-                except (ChildProcessError, TimeoutError):
+                except Exception:
                     pass
             self._starting = []
             return self._executor  # type: ignore[return-value]
