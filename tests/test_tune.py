@@ -141,8 +141,8 @@ def test_runner_times_kernels_with_the_targets_cores(builder, monkeypatch):
 def test_a_tune_starts_its_workers_while_the_model_loads():
     """``tools.tune`` starts the build workers and opens the run worker's device before it loads
     the model and extracts its tasks: ``start`` returns at once, and the first round then waits
-    for no worker to start (on a CPU a worker's start is ~2 s of importing TVM; on a GPU the run
-    worker also opens its CUDA context), with the run worker sized for the task's threads."""
+    for no worker to start (a worker imports TVM; on a GPU the run worker also opens its CUDA
+    context), with the run worker sized for the task's threads."""
     import time
 
     task = autotvm.task.create_from_primfunc(matmul_primfunc(), {"kind": "llvm", "num-cores": 2}, name="mm64")
@@ -169,8 +169,8 @@ def test_a_tune_starts_its_workers_while_the_model_loads():
 
 
 def test_a_configs_cost_leaves_out_the_workers_start():
-    """The workers' start (each imports TVM: ~2 s here, 18-22 s with 16 workers on a GPU host) is
-    not the cost of the config whose build and run happened to start them (the record's ``all_cost``)."""
+    """The workers' start (each imports TVM; 16 at once on a GPU host take longest) is not the
+    cost of the config whose build and run happened to start them (the record's ``all_cost``)."""
     task = autotvm.task.create_from_primfunc(matmul_primfunc(), "llvm", name="mm64")
     builder = autotvm.LocalBuilder(n_parallel=2, timeout=20)
     runner = autotvm.LocalRunner(number=1, repeat=1, timeout=10)
