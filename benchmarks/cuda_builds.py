@@ -5,7 +5,8 @@
 
 For the config's model and the target's architecture (``--arch``; default sm_90, an H100/H200),
 random configs of the costliest functions (weight x FLOPs) are checked as a tune checks them,
-first from their tile sizes alone (threads per block), then by replaying the schedule; ``--builds``
+first from their tile sizes alone (threads per block), then by replaying the schedule (shared memory
+from its loops, then the postprocessors); ``--builds``
 accepted configs of each function are then built one at a time on one core by the builder's own
 function (``autotvm.measure.workers.build_artifact``: TVM's lowering, nvcc where it is installed,
 the library's export). It prints the check's cost and acceptance, how many built, the build
@@ -67,11 +68,12 @@ def main() -> None:
                 builds += times
                 in_nvcc += nvcc_times
                 disagreements += wrong
-    print(tabulate.tabulate(rows, headers=["function", "accepted", "rejected from tiles", "replay ms", "check ms",
+    print(tabulate.tabulate(rows, headers=["function", "accepted", "rejected from tiles", "then from loops", "replay ms", "check ms",
                                            "built", "build s median", "build s max"]))
     print(f"{config.models[0].name} {precision} for {args.arch}, nvcc: {find_nvcc() or 'not installed (lowering only)'}; "
           "a config's mean time, one core: replay ms, replaying it and running the postprocessors; check ms, the "
-          f"tune's check (its tiles first); configs the check and the replay disagree on: {disagreements}")
+          f"tune's check (threads per block from its tiles, then shared memory from the replayed loops, then the "
+          f"postprocessors); configs the check and the replay disagree on: {disagreements}")
     if builds:
         draws = rng.choice(builds, size=(2000, args.workers))
         nvcc = f" ({np.mean(in_nvcc):.2f} s of it in nvcc)" if find_nvcc() else ""
@@ -115,7 +117,7 @@ def _sample(task: Any, args: argparse.Namespace, rng: np.random.Generator, out_d
     space = task.config_space
     check = replay = 0.0
     wrong = 0
-    accepted, from_tiles = [], 0
+    accepted, from_tiles, from_loops = [], 0, 0
     for _ in range(args.checks):
         config = space.get(int(rng.integers(space.range_length)))
         start = time.perf_counter()
@@ -129,6 +131,7 @@ def _sample(task: Any, args: argparse.Namespace, rng: np.random.Generator, out_d
         why = task.check(config)  # the tune's check: the tiles first, then the replay
         check += time.perf_counter() - start
         from_tiles += why is not None and "threads per block" in why
+        from_loops += why is not None and "shared memory per block" in why
         wrong += (why is None) != ok  # the check and the replay disagree (none expected)
         if ok:
             accepted.append(config)
@@ -143,6 +146,7 @@ def _sample(task: Any, args: argparse.Namespace, rng: np.random.Generator, out_d
         except Exception as err:  # a kernel nvcc refuses: a failed trial on the GPU host too
             print(f"note: {task.name}: a build failed ({str(err).strip().splitlines()[-1][:100]})")
     row = [task.name[:36], f"{len(accepted)}/{args.checks}", f"{from_tiles}/{args.checks - len(accepted)}",
+           f"{from_loops}/{args.checks - len(accepted) - from_tiles}",
            f"{1e3 * replay / args.checks:.1f}", f"{1e3 * check / args.checks:.1f}",
            f"{len(times)}/{len(accepted[: args.builds])}",
            f"{np.median(times):.2f}" if times else "-", f"{max(times):.2f}" if times else "-"]

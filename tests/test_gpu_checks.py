@@ -44,7 +44,7 @@ def test_most_of_a_cuda_space_is_rejected_before_building(cuda_task):
                 for i in rng.integers(0, len(cuda_task.config_space), 100)]
     rejected = [v for v in verdicts if v is not None]
     assert 50 <= len(rejected) < 100, len(rejected)  # measured: 93% of uniform configs
-    assert all("VerifyGPUCode" in v or "threads per block" in v for v in rejected)
+    assert all("VerifyGPUCode" in v or "threads per block" in v or "shared memory per block" in v for v in rejected)
 
 
 def test_configs_over_the_thread_limits_are_rejected_from_their_tiles_alone(cuda_task):
@@ -70,6 +70,34 @@ def test_configs_over_the_thread_limits_are_rejected_from_their_tiles_alone(cuda
     assert caught >= 0.5 * sum(f is not None for f in full), (caught, full.count(None))
     assert quick_s < full_s / 10, (quick_s, full_s)
     assert all(f"allow 32 to {int(cuda_task.target.attrs['max_threads_per_block'])}" in q for q in quick if q)
+
+
+def test_configs_over_the_shared_memory_are_rejected_from_their_replayed_loops(cuda_task):
+    """Of the configs within the thread limits, most that the postprocessors reject copy more
+    into shared memory than the GPU has: read from the replayed loops, before the postprocessors
+    lower the program. Every such config is one the postprocessors reject too."""
+    from autotvm.task.trace_task import _shared_memory_over_limit
+
+    rng = np.random.default_rng(2)
+    configs = [cuda_task.config_space.get(int(i)) for i in rng.integers(0, len(cuda_task.config_space), 400)]
+    configs = [c for c in configs if cuda_task._threads_out_of_limits(c) is None]
+    quick, full = [], []
+    for config in configs:
+        sch = cuda_task._replayed(config)
+        quick.append(_shared_memory_over_limit(sch, cuda_task.target))
+        try:
+            cuda_task._postprocessed(sch)
+            full.append(None)
+        except autotvm.task.space.InstantiationError as err:
+            full.append(str(err))
+    assert all(f is not None for q, f in zip(quick, full) if q is not None)  # never rejects a valid config
+    caught = sum(q is not None for q in quick)
+    assert caught >= 0.5 * sum(f is not None for f in full) > 0, (caught, full)
+    limit = int(cuda_task.target.attrs["max_shared_memory_per_block"])
+    assert all(f"the target allows {limit}" in q for q in quick if q)
+    verdicts = [cuda_task.check(c) for c in configs]  # the tune's check: the postprocessors' verdicts,
+    assert [v is None for v in verdicts] == [f is None for f in full]
+    assert all(v == q for v, q in zip(verdicts, quick) if q)  # given from the loops where they tell
 
 
 def synthetic_timings(task, seen):

@@ -288,11 +288,17 @@ class TraceTask(Task):
 
     def schedule_of(self, config: ConfigEntity) -> Schedule:
         """Replay the config and run the postprocessors; a rejected config raises ``InstantiationError``."""
+        return self._postprocessed(self._replayed(config))
+
+    def _replayed(self, config: ConfigEntity) -> Schedule:
         sch = Schedule(self.mod)
         try:
             self.trace_of(config).apply_to_schedule(sch, remove_postproc=True)
         except Exception as err:
             raise InstantiationError(f"replaying the config failed: {str(err).strip().splitlines()[-1]}") from None
+        return sch
+
+    def _postprocessed(self, sch: Schedule) -> Schedule:
         sch.enter_postproc()
         for postproc in self.postprocs:
             try:
@@ -319,12 +325,18 @@ class TraceTask(Task):
     def check(self, config: ConfigEntity) -> str | None:
         """Why the target's postprocessors reject ``config`` (``None`` if they accept it): the
         builder's first step, run in the tuner's process without building (safe to call from
-        several threads at once: TVM releases the GIL while it schedules)."""
+        several threads at once: TVM releases the GIL while it schedules). The threads per block
+        are read from the tile sizes first, then the shared memory from the replayed loops; only
+        a config within both goes through the postprocessors."""
         why = self._threads_out_of_limits(config)
         if why is not None:
             return why
         try:
-            mod = self.schedule_of(config).mod
+            sch = self._replayed(config)
+            why = _shared_memory_over_limit(sch, self.target)
+            if why is not None:
+                return why
+            mod = self._postprocessed(sch).mod
         except InstantiationError as err:
             return str(err)
         with self._checked_lock:
@@ -406,6 +418,44 @@ def _thread_limits(trace: Trace, target: tvm.target.Target) -> list[tuple[list, 
             per_lane = lanes if str(inst.attrs[0]) != "threadIdx.x" else 1
             limits.append((factors + ([per_lane] if per_lane > 1 else []), low, high))
     return limits
+
+
+def _shared_memory_over_limit(sch: Schedule, target: tvm.target.Target) -> str | None:
+    """Why a replayed schedule needs more shared memory per block than the target has, read from
+    its loops before any postprocessor (about a millisecond; ``VerifyGPUCode`` would reject it
+    after lowering it, tens of milliseconds), or None. What is counted is a lower bound of what
+    the kernel allocates: the tiles that blocks copy from global memory into shared memory under
+    one loop (a reduction step's inputs, all live at once), each the product of the extents of
+    the loops that hold its block alone (its region of the buffer). Padding, pipelining's extra
+    copies and staged outputs are left out: a config under the bound goes on to the
+    postprocessors, which have the last word."""
+    limit = target.attrs.get("max_shared_memory_per_block")
+    if limit is None:
+        return None
+    under: dict[Any, int] = {}  # bytes copied under each loop (None: at the function's top)
+    for gvar in sch.mod.get_global_vars():
+        sch.work_on(gvar.name_hint)
+        blocks = [sch.get_sblock("root")]
+        while blocks:
+            block = blocks.pop()
+            blocks.extend(sch.get_child_blocks(block))
+            node = sch.get(block)
+            if not any(read.source.scope() == "global" for read in node.reads):
+                continue
+            for write in node.writes:
+                if write.source.scope() not in ("shared", "shared.dyn"):
+                    continue
+                elements, at = 1, None
+                for loop in reversed(sch.get_loops(block)):
+                    if len(sch.get_child_blocks(loop)) != 1:
+                        at = sch.get(loop)  # this loop and those above it hold other blocks too
+                        break
+                    elements *= int(sch.get(loop).extent)
+                under[at] = under.get(at, 0) + elements * write.source.dtype.bits // 8
+    total = max(under.values(), default=0)
+    if total > int(limit):
+        return f"at least {total} bytes of shared memory per block; the target allows {int(limit)}"
+    return None
 
 
 def create_from_primfunc(func: Any, target: Any, name: str = "main", weight: int = 1) -> TraceTask:
