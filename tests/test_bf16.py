@@ -16,6 +16,9 @@ def test_which_cpus_have_avx512_bf16():
     assert x86_bf16.cpu_has_bf16(autotvm.make_target({"kind": "llvm", "mcpu": "sapphirerapids"}))
     assert not x86_bf16.cpu_has_bf16(autotvm.make_target({"kind": "llvm", "mcpu": "znver3"}))
     assert not x86_bf16.cpu_has_bf16(autotvm.make_target({"kind": "llvm", "mcpu": "skylake-avx512"}))
+    # AMX, where OpenVINO and PyTorch compute bfloat16 (a tune in bfloat16 there says so)
+    assert x86_bf16.cpu_has_amx_bf16(autotvm.make_target({"kind": "llvm", "mcpu": "sapphirerapids"}))
+    assert not x86_bf16.cpu_has_amx_bf16(autotvm.make_target({"kind": "llvm", "mcpu": "znver5"}))
 
 
 def test_tiles_fit_the_shape_and_the_registers():

@@ -42,6 +42,17 @@ def cpu_has_bf16(target: Any) -> bool:
         return False
 
 
+def cpu_has_amx_bf16(target: Any) -> bool:
+    """Whether an LLVM target's CPU has AMX's bfloat16 tiles (``tdpbf16ps``), which OpenVINO and
+    PyTorch compute bfloat16 on, and the micro-kernel here does not use."""
+    from tvm.target import codegen
+
+    try:
+        return "amx-bf16" in set(codegen.llvm_get_cpu_features(target))
+    except Exception:
+        return False
+
+
 def _kernel_ir(name: str, mr: int, nv: int) -> str:
     """LLVM IR of ``name(c, c_offset, ldc, a, a_offset, lda, b, b_offset, ldb, kt)``: C[mr, 16 nv]
     (float32, row stride ldc) += A[mr, 2 kt] (bfloat16, row stride lda) x B[kt, 16 nv, 2]
