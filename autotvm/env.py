@@ -201,6 +201,17 @@ _MAX_CLOCK_HZ = 6e9  # above any CPU's boost clock
 _GPU_PEAK = 4e15  # above any GPU's dense tensor-core peak (FLOP/s)
 
 
+def cpu_features(target: tvm.target.Target) -> frozenset | None:
+    """The CPU features LLVM gives an LLVM target (``avx512bf16``, ``amx-bf16``, ...), or None
+    where it cannot describe the target."""
+    from tvm.target import codegen
+
+    try:
+        return frozenset(codegen.llvm_get_cpu_features(target))
+    except Exception:
+        return None
+
+
 def peak_flops(target: Any) -> float:
     """A generous ceiling on what code built for ``target`` can compute per second: its cores x
     the widest units its CPU has x a clock no CPU reaches, doubled (for a GPU, more than any GPU's
@@ -208,12 +219,9 @@ def peak_flops(target: Any) -> float:
     target = make_target(target)
     if target.kind.name == "cuda":
         return _GPU_PEAK
-    from tvm.target import codegen
-
-    try:
-        features = set(codegen.llvm_get_cpu_features(target))
-    except Exception:  # a target LLVM cannot describe: assume the widest units
-        features = {"amx-tile"}
+    features = cpu_features(target)
+    if features is None:  # a target LLVM cannot describe: assume the widest units
+        features = frozenset({"amx-tile"})
     per_cycle = next((ops for feature, ops in _OPS_PER_CYCLE if feature in features), 64)
     cores = int(target.attrs.get("num-cores", 0) or host_cores())
     return 2.0 * cores * per_cycle * _MAX_CLOCK_HZ

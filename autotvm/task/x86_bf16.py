@@ -27,6 +27,7 @@ from tvm import te
 from tvm.script import tirx as T
 
 from ..checks import AutoTVMError
+from ..env import cpu_features
 from .task import get_config, template
 
 PRAGMA = "pragma_import_llvm"
@@ -34,23 +35,13 @@ PRAGMA = "pragma_import_llvm"
 
 def cpu_has_bf16(target: Any) -> bool:
     """Whether an LLVM target's CPU has AVX512-BF16 (``vdpbf16ps``)."""
-    from tvm.target import codegen
-
-    try:
-        return "avx512bf16" in set(codegen.llvm_get_cpu_features(target))
-    except Exception:
-        return False
+    return "avx512bf16" in (cpu_features(target) or ())
 
 
 def cpu_has_amx_bf16(target: Any) -> bool:
     """Whether an LLVM target's CPU has AMX's bfloat16 tiles (``tdpbf16ps``), which OpenVINO and
     PyTorch compute bfloat16 on, and the micro-kernel here does not use."""
-    from tvm.target import codegen
-
-    try:
-        return "amx-bf16" in set(codegen.llvm_get_cpu_features(target))
-    except Exception:
-        return False
+    return "amx-bf16" in (cpu_features(target) or ())
 
 
 def _kernel_ir(name: str, mr: int, nv: int) -> str:
