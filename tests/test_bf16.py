@@ -1,4 +1,5 @@
-"""bfloat16 on x86: the AVX512-BF16 micro-kernel as a tensor intrinsic (run where the CPU has it)."""
+"""bfloat16 on x86: the micro-kernel on AVX512-BF16 and on AMX as a tensor intrinsic (run where
+the CPU has it)."""
 
 import numpy as np
 import pytest
@@ -9,6 +10,7 @@ from autotvm.task import x86_bf16
 
 HOST = autotvm.make_target("llvm")
 HAS_BF16 = x86_bf16.cpu_has_bf16(HOST)
+HAS_AMX = x86_bf16.cpu_has_amx_bf16(HOST)
 
 
 def test_which_cpus_have_avx512_bf16():
@@ -16,7 +18,7 @@ def test_which_cpus_have_avx512_bf16():
     assert x86_bf16.cpu_has_bf16(autotvm.make_target({"kind": "llvm", "mcpu": "sapphirerapids"}))
     assert not x86_bf16.cpu_has_bf16(autotvm.make_target({"kind": "llvm", "mcpu": "znver3"}))
     assert not x86_bf16.cpu_has_bf16(autotvm.make_target({"kind": "llvm", "mcpu": "skylake-avx512"}))
-    # AMX, where OpenVINO and PyTorch compute bfloat16 (a tune in bfloat16 there says so)
+    # AMX's bfloat16 tiles, which the templates compute on where the target has them
     assert x86_bf16.cpu_has_amx_bf16(autotvm.make_target({"kind": "llvm", "mcpu": "sapphirerapids"}))
     assert not x86_bf16.cpu_has_amx_bf16(autotvm.make_target({"kind": "llvm", "mcpu": "znver5"}))
 
@@ -24,9 +26,30 @@ def test_which_cpus_have_avx512_bf16():
 def test_tiles_fit_the_shape_and_the_registers():
     tiles = x86_bf16.tiles(128, 384, 1536)
     assert tiles and all(128 % mr == 0 and 1536 % (16 * nv) == 0 and 192 % kt == 0 and mr * nv <= 28
-                         for mr, nv, kt in tiles)
+                         for mr, nv, kt, _ in tiles)
     with pytest.raises(autotvm.AutoTVMError, match="registers"):
         x86_bf16.intrinsic(8, 4, 16)
+    # AMX: at most 16 rows a tile, sum tiles + B tiles + one A tile <= 8 registers, K in steps of 16
+    amx = x86_bf16.tiles(128, 384, 1536, amx=True)
+    assert amx[0] == (16, 2, 96, True) and {"amx-32x2x64", "amx-64x1x64"} <= set(map(str, amx))
+    assert all(128 % mr == 0 and 1536 % (16 * nv) == 0 and kt % 16 == 0 and -(-mr // 16) * nv + nv + 1 <= 8
+               for mr, nv, kt, _ in amx)
+    assert "amx-64x2x64" not in map(str, amx) and x86_bf16.Tile.parse("amx-32x2x64") == (32, 2, 64, True)
+    assert not x86_bf16.tiles(1, 384, 384, amx=True)  # one row: no tile (its loop would vanish), stays float32
+    with pytest.raises(autotvm.AutoTVMError, match="8 registers"):
+        x86_bf16.intrinsic(48, 2, 64, amx=True)
+
+
+def test_the_templates_search_amx_tiles_where_the_target_has_amx():
+    def tiles(template, args, mcpu):
+        task = autotvm.task.create(template, args, autotvm.make_target({"kind": "llvm", "mcpu": mcpu}))
+        return [entity.val for entity in task.config_space.knobs[0].entities]
+
+    amx = tiles(x86_bf16.TEMPLATE, [128, 384, 1536, 0], "sapphirerapids")
+    assert amx[0] == "amx-16x2x96" and all(tile.startswith("amx-") for tile in amx)
+    assert not any(tile.startswith("amx-") for tile in tiles(x86_bf16.TEMPLATE, [128, 384, 1536, 0], "znver4"))
+    stem = [224, 224, 3, 64, 7, 7, 2, 3, 3, 3, 3, 0]  # K folded into 11 pairs: one step of 11
+    assert tiles(x86_bf16.CONV_TEMPLATE, stem, "sapphirerapids")[0] == "amx-16x2x11"
 
 
 @pytest.mark.skipif(not HAS_BF16, reason="this CPU has no AVX512-BF16")
@@ -46,6 +69,39 @@ def test_the_micro_kernel_computes_the_bfloat16_product_in_float32(tile):
     lib["main"](tvm.runtime.tensor(a), tvm.runtime.tensor(packed), c)
     expected = a.astype(np.float32) @ b.astype(np.float32)
     np.testing.assert_allclose(c.numpy(), expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
+
+
+def amx_products(cases: list) -> list[float]:
+    """Each (m, k, n, mr, nv, kt) matmul built on the AMX micro-kernel and run: the largest error
+    against the float32 product of its bfloat16 inputs, relative to the product's largest value."""
+    import ml_dtypes
+
+    errors = []
+    for m, k, n, *tile in cases:
+        rng = np.random.default_rng(0)
+        a = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
+        b = rng.standard_normal((k, n)).astype(ml_dtypes.bfloat16)
+        lib = tvm.compile(x86_bf16.schedule(x86_bf16.matmul(m, k, n), *tile, amx=True).mod, target=HOST)
+        assert "tdpbf16ps" in lib.mod.inspect_source("asm")
+        c = tvm.runtime.tensor(np.zeros((m, n), np.float32))
+        lib["main"](tvm.runtime.tensor(a), tvm.runtime.tensor(x86_bf16.pack_matmul_weight(b.astype(np.float32))), c)
+        expected = a.astype(np.float32) @ b.astype(np.float32)
+        errors.append(float(np.abs(c.numpy() - expected).max() / np.abs(expected).max()))
+    return errors
+
+
+@pytest.mark.skipif(not HAS_AMX, reason="this CPU has no AMX")
+def test_the_amx_micro_kernel_computes_the_bfloat16_product_in_a_fresh_process():
+    """In a process that has not asked Linux for AMX's tile state (nothing but TVM imported), the
+    kernel asks itself; several tiles at once in a row, fewer rows than 16, K in a short step."""
+    import subprocess
+    import sys
+
+    cases = [(32, 64, 96, 16, 2, 32), (64, 64, 32, 32, 1, 16), (24, 96, 48, 8, 3, 16), (14, 20, 32, 14, 2, 10)]
+    code = f"import sys; sys.path.insert(0, 'tests'); import test_bf16; print(test_bf16.amx_products({cases!r}))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert all(error < 1e-5 for error in eval(done.stdout.strip().splitlines()[-1])), done.stdout
 
 
 @pytest.mark.skipif(not HAS_BF16, reason="this CPU has no AVX512-BF16")
@@ -84,22 +140,24 @@ def test_convolutions_tile_and_fold_few_channels_into_the_taps():
     stem = x86_bf16.Conv2D(224, 224, 3, 64, 7, 7, 2, 3, 3, 3, 3)  # ResNet's first layer, on RGB
     assert stem.out == (112, 112) and stem.folded and stem.pairs == 11  # 7 taps x 3 channels, and a zero
     assert x86_bf16.pack_conv2d_weight(np.ones((64, 7, 7, 3), np.float32)).shape == (1, 7, 1, 11, 64, 2)
-    assert all(kt == 11 and 112 % mr == 0 for mr, _, kt in x86_bf16.conv2d_tiles(stem))
+    assert all(kt == 11 and 112 % mr == 0 for mr, _, kt, _ in x86_bf16.conv2d_tiles(stem))
     body = x86_bf16.Conv2D(7, 7, 512, 512, 3, 3, 1, 1, 1, 1, 1)
-    assert not body.folded and {mr for mr, _, _ in x86_bf16.conv2d_tiles(body)} == {7}
+    assert not body.folded and {mr for mr, _, _, _ in x86_bf16.conv2d_tiles(body)} == {7}
+    assert {mr for mr, _, _, _ in x86_bf16.conv2d_tiles(body, amx=True)} == {7}
     assert not x86_bf16.conv2d_fits(x86_bf16.Conv2D(8, 8, 64, 24, 3, 3, 1, 1, 1, 1, 1))  # 24 filters: no vector of 16
     with pytest.raises(autotvm.AutoTVMError, match="takes 12 integers"):
         autotvm.task.create(x86_bf16.CONV_TEMPLATE, [56, 56, 64], HOST)
 
 
 @pytest.mark.skipif(not HAS_BF16, reason="this CPU has no AVX512-BF16")
+@pytest.mark.parametrize("amx", [False, pytest.param(True, marks=pytest.mark.skipif(not HAS_AMX, reason="no AMX"))])
 @pytest.mark.parametrize("shape, order", [
     ((9, 14, 64, 32, 3, 3, 1, 1, 1, 1, 1), "rows"),
     ((13, 11, 32, 48, 3, 3, 2, 0, 1, 2, 1), "channels"),  # stride 2, uneven pads, 3 vectors of filters
     ((12, 12, 5, 32, 3, 3, 2, 1, 1, 1, 1), "weights"),  # few channels: folded
     ((10, 10, 64, 32, 1, 1, 2, 0, 0, 0, 0), "rows"),  # a 1x1 downsampling
 ])
-def test_the_convolution_kernel_computes_the_bfloat16_convolution_in_float32(shape, order):
+def test_the_convolution_kernel_computes_the_bfloat16_convolution_in_float32(shape, order, amx):
     import ml_dtypes
     import torch
 
@@ -107,8 +165,8 @@ def test_the_convolution_kernel_computes_the_bfloat16_convolution_in_float32(sha
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1, shape.h, shape.w, shape.c)).astype(ml_dtypes.bfloat16).astype(np.float32)
     w = rng.standard_normal((shape.co, shape.kh, shape.kw, shape.c)).astype(ml_dtypes.bfloat16).astype(np.float32)
-    lib = tvm.compile(x86_bf16.conv2d_schedule(x86_bf16.conv2d(shape), *x86_bf16.conv2d_tiles(shape)[0], order).mod,
-                      target=HOST)
+    lib = tvm.compile(x86_bf16.conv2d_schedule(x86_bf16.conv2d(shape), *x86_bf16.conv2d_tiles(shape, amx)[0],
+                                               order).mod, target=HOST)
     y = tvm.runtime.tensor(np.zeros((1, *shape.out, shape.co), np.float32))
     lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(x86_bf16.pack_conv2d_weight(w)), y)
     padded = torch.nn.functional.pad(torch.tensor(x).permute(0, 3, 1, 2),

@@ -1,5 +1,5 @@
 """One matmul, every way this CPU can run it, as ``Runtime``s to time together: TVM in float32
-(a tuned config), TVM in bfloat16 on the AVX512-BF16 micro-kernel (``autotvm.task.x86_bf16``),
+(a tuned config), TVM in bfloat16 on the micro-kernel (``autotvm.task.x86_bf16``: AVX512-BF16, or AMX),
 OpenVINO's fully connected layer (its default precision, and float32) and PyTorch's ``linear``
 (float32, bfloat16). What ``bf16_headroom`` times."""
 
@@ -64,7 +64,8 @@ def _tvm_float32(op: str, index: int, target: Any) -> Runtime:
 
 
 def _tvm_bfloat16(a: np.ndarray, b: np.ndarray, target: Any) -> tuple[Runtime, str]:
-    """The micro-kernel's fastest tile, its weight packed in pairs once (as a model's would be)."""
+    """The micro-kernel's fastest tile (on AMX where the CPU has it), its weight packed in pairs
+    once (as a model's would be)."""
     import ml_dtypes
     import tvm
 
@@ -75,18 +76,18 @@ def _tvm_bfloat16(a: np.ndarray, b: np.ndarray, target: Any) -> tuple[Runtime, s
     packed = b.astype(ml_dtypes.bfloat16).reshape(k // 2, 2, n).transpose(0, 2, 1).copy()
     args = [tvm.runtime.tensor(a16), tvm.runtime.tensor(packed), tvm.runtime.tensor(np.zeros((m, n), np.float32))]
     func, best = x86_bf16.matmul(m, k, n), None
-    for tile in x86_bf16.tiles(m, k, n):
+    for tile in x86_bf16.tiles(m, k, n, amx=x86_bf16.cpu_has_amx_bf16(target)) or x86_bf16.tiles(m, k, n):
         lib = tvm.compile(x86_bf16.schedule(func, *tile).mod, target=target)
         seconds = min(lib.mod.time_evaluator("main", tvm.cpu(), **_QUICK)(*args).results)
         if best is None or seconds < best[0]:
             best = (seconds, tile, lib)
-    _, (mr, nv, kt), lib = best
+    _, tile, lib = best
     main = lib["main"]
     main(*args)
     reference = a16.astype(np.float32) @ b.astype(ml_dtypes.bfloat16).astype(np.float32)
     error = float(np.max(np.abs(args[2].numpy() - reference)) / np.max(np.abs(reference)))
     return (Runtime("tvm-bf16", lambda: main(*args), lambda: [args[2].numpy()], "bfloat16"),
-            f"tile {mr}x{16 * nv}, {kt} pairs of K; error {error:.1e} of the float32 product of the same inputs")
+            f"tile {tile}; error {error:.1e} of the float32 product of the same inputs")
 
 
 def _openvino(model: Model, threads: int, precision: str | None) -> tuple[Runtime, str]:

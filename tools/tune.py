@@ -24,10 +24,6 @@ def tune_models(config: Config) -> list[dict]:
     writable_dir(settings.save_path, "autotuner_settings.save_path")
     target = autotvm.make_target(config.target)
     option = settings.measure_option(target)
-    if config.run_settings.precision == "bfloat16" and autotvm.task.x86_bf16.cpu_has_amx_bf16(target):
-        print("note: this CPU has AMX, on which OpenVINO and PyTorch compute bfloat16; TVM's bfloat16 kernels use "
-              "AVX512-BF16, no faster than its float32 ones on an Intel Xeon with AMX (docs/findings.md, 10): "
-              "compare with precision 'float32'")
     # the build workers import TVM and the run worker opens the device (a CUDA context) while the
     # models load and their tasks are extracted, not in the first round's time
     option["builder"].start()

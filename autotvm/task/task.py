@@ -133,12 +133,13 @@ def _current_target(default: Any = None) -> Any:
 
 
 class TemplateTask(Task):
-    """A task defined by an AutoTVM-style template function."""
+    """A task defined by an AutoTVM-style template function, which runs with the task's target in
+    scope (``tvm.target.Target.current()``), as in AutoTVM."""
 
     def __init__(self, name: str, func: Callable, args: Sequence[Any], target: Any) -> None:
-        space = ConfigSpace()
+        space, target = ConfigSpace(), make_target(target)
         try:
-            with _config_scope(space):
+            with _config_scope(space), target:
                 sch, _bufs = func(*args)
         except InstantiationError as err:
             raise AutoTVMError(f"template {name!r} failed while defining its space: {err}") from None
@@ -153,7 +154,7 @@ class TemplateTask(Task):
 
     def instantiate(self, config: ConfigEntity) -> tvm.IRModule:
         try:
-            with _config_scope(config):
+            with _config_scope(config), self.target:
                 sch, _ = self.func(*self._raw_args)
         except Exception as err:  # a template's own error makes this config invalid, not the tuner
             raise InstantiationError(f"{type(err).__name__}: {err}") from err

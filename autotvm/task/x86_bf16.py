@@ -15,6 +15,10 @@ output pixels of a row read ``mr`` input pixels ``stride`` apart, a matrix with 
 ``stride * C`` once the padded input is laid out as ``(H, stride, W / stride, C)``. Both
 templates take what follows the product into the same kernel (``EPILOGUES``: a bias, a ReLU or
 GELU, a residual), applied to each tile while it is in cache.
+
+On a CPU with AMX (``cpu_has_amx_bf16``) the templates' tiles are those of the same product on
+AMX's tile registers (``x86_amx``), B in the same pairs: the target in scope when a template runs
+(``tvm.target.Target.current()``, as in AutoTVM) picks which.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from tvm.script import tirx as T
 
 from ..checks import AutoTVMError
 from ..env import cpu_features
+from . import x86_amx
 from .task import get_config, template
 
 PRAGMA = "pragma_import_llvm"
@@ -39,8 +44,8 @@ def cpu_has_bf16(target: Any) -> bool:
 
 
 def cpu_has_amx_bf16(target: Any) -> bool:
-    """Whether an LLVM target's CPU has AMX's bfloat16 tiles (``tdpbf16ps``), which OpenVINO and
-    PyTorch compute bfloat16 on, and the micro-kernel here does not use."""
+    """Whether an LLVM target's CPU has AMX's bfloat16 tiles (``tdpbf16ps``), where the templates
+    compute on them (``x86_amx``)."""
     return "amx-bf16" in (cpu_features(target) or ())
 
 
@@ -93,13 +98,35 @@ def _fits_registers(mr: int, nv: int) -> bool:
     return mr * nv + nv + 1 <= 32
 
 
+class Tile(NamedTuple):
+    """A micro-kernel's block: ``mr`` rows by ``16 nv`` columns of C over ``kt`` pairs of K, on
+    AVX-512's registers or AMX's tiles; as a knob's value "8x3x64" or "amx-32x2x64"."""
+
+    mr: int
+    nv: int
+    kt: int
+    amx: bool = False
+
+    def __str__(self) -> str:
+        return ("amx-" if self.amx else "") + f"{self.mr}x{self.nv}x{self.kt}"
+
+    @classmethod
+    def parse(cls, value: str) -> "Tile":
+        amx = value.startswith("amx-")
+        mr, nv, kt = (int(part) for part in value.removeprefix("amx-").split("x"))
+        return cls(mr, nv, kt, amx)
+
+
 @functools.lru_cache(maxsize=None)  # once per shape and process: TVMScript parses slowly, and a tune instantiates often
-def intrinsic(mr: int, nv: int, kt: int) -> tuple[str, str]:
-    """Register the micro-kernel C[mr, 16 nv] += A[mr, 2 kt] B[kt, 16 nv, 2] as a tensor intrinsic;
-    returns (its name, the LLVM IR its kernels must carry: ``with_kernel_ir``)."""
-    if not _fits_registers(mr, nv):
+def intrinsic(mr: int, nv: int, kt: int, amx: bool = False) -> tuple[str, str]:
+    """Register the micro-kernel C[mr, 16 nv] += A[mr, 2 kt] B[kt, 16 nv, 2] (on AMX's tiles if
+    ``amx``) as a tensor intrinsic; returns (its name, the LLVM IR its kernels must carry)."""
+    if amx and not x86_amx.fits(mr, nv, kt):
+        raise AutoTVMError(f"AMX bf16 micro-kernel {mr}x{nv}x{kt}: more tiles than AMX's 8 registers, rows not in "
+                           "equal tiles of at most 16, or pairs of K not in steps of 16")
+    if not amx and not _fits_registers(mr, nv):
         raise AutoTVMError(f"bf16 micro-kernel {mr}x{nv}: more accumulators than AVX-512 has registers")
-    name, n = f"tvm_bf16_gemm_{mr}x{nv}", 16 * nv
+    name, n = (f"tvm_amx_bf16_gemm_{mr}x{nv}x{kt}" if amx else f"tvm_bf16_gemm_{mr}x{nv}"), 16 * nv
 
     @T.prim_func(s_tir=True)
     def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
@@ -127,9 +154,9 @@ def intrinsic(mr: int, nv: int, kt: int) -> tuple[str, str]:
                                      B.data, T.Cast("int64", B.elem_offset), T.Cast("int64", B.strides[0]),
                                      T.int64(kt)))
 
-    intrin = f"avx512bf16_gemm_{mr}x{nv}x{kt}"
+    intrin = f"{'amx' if amx else 'avx512'}bf16_gemm_{mr}x{nv}x{kt}"
     tvm.s_tir.TensorIntrin.register(intrin, desc, impl, override=True)
-    return intrin, _kernel_ir(name, mr, nv) + "\n" + _DECLARATIONS
+    return intrin, x86_amx.kernel_ir(name, mr, nv, kt) if amx else _kernel_ir(name, mr, nv) + "\n" + _DECLARATIONS
 
 
 # what a kernel applies to its sums before it writes them: a bias per output channel, then a ReLU
@@ -188,10 +215,11 @@ def _epilogue_at(sch: tvm.s_tir.Schedule, outer: Any) -> None:
     sch.vectorize(sch.get_loops(steps[-1])[-1])
 
 
-def schedule(func: Any, mr: int, nv: int, kt: int) -> tvm.s_tir.Schedule:
-    """``matmul``'s function tiled for the micro-kernel: rows by ``mr``, columns by ``16 nv``, K by
-    ``kt`` pairs; the row-and-column tiles run in parallel on the cores, and the outer loop carries
-    the micro-kernel's LLVM IR (a ``pragma_import_llvm`` the code generator links in)."""
+def schedule(func: Any, mr: int, nv: int, kt: int, amx: bool = False) -> tvm.s_tir.Schedule:
+    """``matmul``'s function tiled for the micro-kernel (on AMX if ``amx``): rows by ``mr``,
+    columns by ``16 nv``, K by ``kt`` pairs; the row-and-column tiles run in parallel on the
+    cores, and the outer loop carries the micro-kernel's LLVM IR (a ``pragma_import_llvm`` the
+    code generator links in)."""
     sch = tvm.s_tir.Schedule(func)
     block = sch.get_sblock("C")
     i, j, k, p = sch.get_loops(block)
@@ -204,17 +232,29 @@ def schedule(func: Any, mr: int, nv: int, kt: int) -> tvm.s_tir.Schedule:
     _epilogue_at(sch, outer)
     init = sch.decompose_reduction(block, ko)
     sch.vectorize(sch.get_loops(init)[-1])
-    _tensorize(sch, ii, outer, mr, nv, kt)
+    _tensorize(sch, ii, outer, Tile(mr, nv, kt, amx))
     return sch
 
 
-def tiles(m: int, k: int, n: int) -> list[tuple[int, int, int]]:
-    """The (mr, nv, kt) that tile an m x k x n matmul exactly and fit the registers; the
-    most accumulators and the longest K loop first (the first is the untuned build's)."""
-    found = [(mr, nv, kt) for mr in (2, 4, 6, 8, 12, 14) for nv in (1, 2, 3, 4)
+def tiles(m: int, k: int, n: int, amx: bool = False) -> list[Tile]:
+    """The tiles of an m x k x n matmul: exact, and fitting AVX-512's registers (or AMX's tiles);
+    the first is the untuned build's. On AMX, rows from 8 (or all of them, at least 2) to 64."""
+    if amx:
+        steps = [kt for kt in (16, 32, 48, 64, 96, 128) if (k // 2) % kt == 0] or [k // 2] * (k // 2 < 16)
+        rows = [mr for mr in range(max(2, min(8, m)), 65) if m % mr == 0]
+        return _amx_tiles(rows, n // 16 if n % 16 == 0 else 0, steps)
+    found = [Tile(mr, nv, kt) for mr in (2, 4, 6, 8, 12, 14) for nv in (1, 2, 3, 4)
              for kt in (16, 32, 48, 64, 96, 128, 192, 256) if _fits_registers(mr, nv) and m % mr == 0 and n % (16 * nv) == 0
              and (k // 2) % kt == 0]
-    return sorted(found, key=lambda tile: (-tile[0] * tile[1], -tile[2]))
+    return sorted(found, key=lambda tile: (-tile.mr * tile.nv, -tile.kt))
+
+
+def _amx_tiles(rows: list[int], vectors: int, steps: list[int]) -> list[Tile]:
+    """The AMX tiles of ``rows`` x up to ``vectors`` of 16 columns (those that divide them) x
+    ``steps`` pairs of K; the one nearest 16 x 32 over 96 pairs first."""
+    found = [Tile(mr, nv, kt, True) for mr in rows for nv in (1, 2, 3) for kt in steps
+             if vectors and vectors % nv == 0 and x86_amx.fits(mr, nv, kt)]
+    return sorted(found, key=lambda t: (abs(t.mr - 16), abs(t.nv - 2), abs(t.kt - 96)))
 
 
 def pack_matmul_weight(w: Any) -> Any:
@@ -227,13 +267,13 @@ def pack_matmul_weight(w: Any) -> Any:
 
 def fits(m: int, k: int, n: int) -> bool:
     """Whether the micro-kernel can compute an m x k x n matmul (K in pairs, N in vectors of 16)."""
-    return k % 2 == 0 and bool(tiles(m, k, n))
+    return k % 2 == 0 and bool(tiles(m, k, n) or tiles(m, k, n, amx=True))
 
 
-def _tensorize(sch: tvm.s_tir.Schedule, inner: Any, outer: Any, mr: int, nv: int, kt: int) -> None:
+def _tensorize(sch: tvm.s_tir.Schedule, inner: Any, outer: Any, tile: Tile) -> None:
     """The loop ``inner`` (an mr x 16 nv x kt-pair tile) becomes the micro-kernel, and ``outer``
     carries its LLVM IR."""
-    intrin, ir = intrinsic(mr, nv, kt)
+    intrin, ir = intrinsic(*tile)
     sch.tensorize(inner, intrin)
     sch.annotate(outer, PRAGMA, ir)
 
@@ -241,16 +281,22 @@ def _tensorize(sch: tvm.s_tir.Schedule, inner: Any, outer: Any, mr: int, nv: int
 TEMPLATE = "x86/matmul_bf16"
 
 
+def _knob_tiles(amx: list[Tile], avx512: list[Tile]) -> list[str]:
+    """A template's tiles: AMX's where the target in scope has AMX and one fits, else AVX-512's."""
+    target = tvm.target.Target.current(allow_none=True)
+    on_amx = target is not None and target.kind.name == "llvm" and cpu_has_amx_bf16(target)
+    return [str(tile) for tile in (on_amx and amx or avx512)]
+
+
 @template(TEMPLATE)
 def matmul_template(m: int, k: int, n: int, epilogue: int = 0) -> tuple[Any, list]:
     """The bfloat16 matmul as an AutoTVM template (and its epilogue, an index of ``EPILOGUES``):
-    its knob is the micro-kernel's tile (rows, columns, pairs of K per call), so every tuner
-    searches them."""
+    its knob is the micro-kernel's tile (rows, columns, pairs of K per call; AMX's where the
+    target has AMX and a tile fits), so every tuner searches them."""
     cfg = get_config()
-    cfg.define_knob("tile", [f"{mr}x{nv}x{kt}" for mr, nv, kt in tiles(m, k, n)])
+    cfg.define_knob("tile", _knob_tiles(tiles(m, k, n, amx=True), tiles(m, k, n)))
     cfg.add_flop(2.0 * m * k * n)
-    mr, nv, kt = (int(part) for part in cfg["tile"].val.split("x"))
-    return schedule(matmul(m, k, n, epilogue), mr, nv, kt), []
+    return schedule(matmul(m, k, n, epilogue), *Tile.parse(cfg["tile"].val)), []
 
 
 class Conv2D(NamedTuple):
@@ -335,12 +381,13 @@ def conv2d(shape: Conv2D) -> Any:
 CONV_ORDERS = {"rows": "n i jo oo | r t cco", "channels": "oo n i jo | r t cco", "weights": "oo | r t cco n i jo"}
 
 
-def conv2d_schedule(func: Any, mr: int, nv: int, kt: int, order: str = "rows") -> tvm.s_tir.Schedule:
-    """``conv2d``'s function tiled for the micro-kernel: ``mr`` pixels of an output row by ``16 nv``
-    output channels by ``kt`` pairs of input channels, for each filter tap. ``order="rows"`` runs
-    the output rows in parallel with the channel blocks inside; ``"channels"`` the channel blocks
-    outside, so a core keeps one block of the weights in cache across all rows (small images,
-    many channels)."""
+def conv2d_schedule(func: Any, mr: int, nv: int, kt: int, amx: bool = False,
+                    order: str = "rows") -> tvm.s_tir.Schedule:
+    """``conv2d``'s function tiled for the micro-kernel (on AMX if ``amx``): ``mr`` pixels of an
+    output row by ``16 nv`` output channels by ``kt`` pairs of input channels, for each filter
+    tap. ``order="rows"`` runs the output rows in parallel with the channel blocks inside;
+    ``"channels"`` the channel blocks outside, so a core keeps one block of the weights in cache
+    across all rows (small images, many channels)."""
     sch = tvm.s_tir.Schedule(func)
     pad = sch.get_sblock("P")
     hh, _, _, ci = sch.get_loops(pad)
@@ -359,26 +406,28 @@ def conv2d_schedule(func: Any, mr: int, nv: int, kt: int, order: str = "rows") -
     _epilogue_at(sch, outer)
     init = sch.decompose_reduction(block, loops[serial[0]])
     sch.vectorize(sch.get_loops(init)[-1])
-    _tensorize(sch, ji, outer, mr, nv, kt)
+    _tensorize(sch, ji, outer, Tile(mr, nv, kt, amx))
     return sch
 
 
-def conv2d_tiles(shape: Conv2D) -> list[tuple[int, int, int]]:
-    """The (mr, nv, kt) that tile a convolution exactly (mr divides the output width, 16 nv the
-    filters, kt the pairs of K of a tap: from ``MIN_KT`` to 128, or all of them where fewer) and
-    fit the registers, the most accumulators first."""
+def conv2d_tiles(shape: Conv2D, amx: bool = False) -> list[Tile]:
+    """The tiles of a convolution: exact (mr divides the output width, 16 nv the filters, kt the
+    pairs of K of a tap: from ``MIN_KT`` to 128, or all of them where fewer) and fitting AVX-512's
+    registers, the most accumulators first (or AMX's tiles)."""
     _, ow = shape.out
     steps = [kt for kt in range(MIN_KT, 129) if shape.pairs % kt == 0] or [shape.pairs]
-    found = [(mr, nv, kt) for mr in range(2, 15) for nv in (1, 2, 3, 4) for kt in steps
+    if amx:
+        return _amx_tiles([mr for mr in range(max(2, min(7, ow)), 65) if ow % mr == 0], shape.block // 16, steps)
+    found = [Tile(mr, nv, kt) for mr in range(2, 15) for nv in (1, 2, 3, 4) for kt in steps
              if _fits_registers(mr, nv) and mr * nv >= 8 and ow % mr == 0 and shape.block
              and shape.block % (16 * nv) == 0 and shape.pairs % kt == 0]
-    return sorted(found, key=lambda tile: (-tile[0] * tile[1], -tile[2]))
+    return sorted(found, key=lambda tile: (-tile.mr * tile.nv, -tile.kt))
 
 
 def conv2d_fits(shape: Conv2D) -> bool:
     """Whether the micro-kernel can compute a convolution (filters in vectors of 16, a tile that
     divides the output width)."""
-    return bool(conv2d_tiles(shape))
+    return bool(conv2d_tiles(shape) or conv2d_tiles(shape, amx=True))
 
 
 def pack_conv2d_weight(w: Any) -> Any:
@@ -403,15 +452,15 @@ CONV_TEMPLATE = "x86/conv2d_nhwc_bf16"
 @template(CONV_TEMPLATE)
 def conv2d_template(*args: int) -> tuple[Any, list]:
     """The bfloat16 convolution as an AutoTVM template (args: ``Conv2D``'s fields): its knobs are
-    the micro-kernel's tile and the parallel loop's order, so every tuner searches them."""
+    the micro-kernel's tile (AMX's where the target has AMX and a tile fits) and the parallel
+    loop's order, so every tuner searches them."""
     if len(args) != len(Conv2D._fields) or not all(isinstance(a, int) and a >= 0 for a in args):
         raise AutoTVMError(f"{CONV_TEMPLATE} takes {len(Conv2D._fields)} integers ({', '.join(Conv2D._fields)}), "
                            f"got {args!r}")
     shape = Conv2D(*args)
     cfg = get_config()
-    cfg.define_knob("tile", [f"{mr}x{nv}x{kt}" for mr, nv, kt in conv2d_tiles(shape)])
+    cfg.define_knob("tile", _knob_tiles(conv2d_tiles(shape, amx=True), conv2d_tiles(shape)))
     cfg.define_knob("order", list(CONV_ORDERS))
     oh, ow = shape.out
     cfg.add_flop(2.0 * oh * ow * shape.co * shape.kh * shape.kw * shape.c)
-    mr, nv, kt = (int(part) for part in cfg["tile"].val.split("x"))
-    return conv2d_schedule(conv2d(shape), mr, nv, kt, cfg["order"].val), []
+    return conv2d_schedule(conv2d(shape), *Tile.parse(cfg["tile"].val), cfg["order"].val), []
