@@ -91,6 +91,19 @@ def amx_products(cases: list) -> list[float]:
 
 
 @pytest.mark.skipif(not HAS_AMX, reason="this CPU has no AMX")
+def test_where_the_process_may_not_use_amx_the_templates_keep_to_avx512(monkeypatch):
+    from autotvm.task import x86_amx
+
+    def tiles():
+        task = autotvm.task.create(x86_bf16.TEMPLATE, [128, 384, 1536, 0], HOST)
+        return [entity.val for entity in task.config_space.knobs[0].entities]
+
+    assert not x86_amx.refused_here() and tiles()[0].startswith("amx-")
+    monkeypatch.setattr(x86_amx, "refused_here", lambda: True)  # as on Linux before 5.16
+    assert not any(tile.startswith("amx-") for tile in tiles())
+
+
+@pytest.mark.skipif(not HAS_AMX, reason="this CPU has no AMX")
 def test_the_amx_micro_kernel_computes_the_bfloat16_product_in_a_fresh_process():
     """In a process that has not asked Linux for AMX's tile state (nothing but TVM imported), the
     kernel asks itself; several tiles at once in a row, fewer rows than 16, K in a short step."""

@@ -17,7 +17,27 @@ built library runs in any process that loads it.
 
 from __future__ import annotations
 
+import functools
+import platform
+import sys
+
+from ..env import cpu_features, make_target
+
 ROWS, STEP, REGISTERS = 16, 16, 8  # a tile's most rows, pairs of K a step, tile registers
+
+
+@functools.lru_cache(maxsize=None)
+def refused_here() -> bool:
+    """Whether this machine's CPU has AMX but the process cannot have its tile state (Linux before
+    5.16, or not Linux), so that AMX's instructions would stop the process that runs them: asks
+    once, as the kernels do."""
+    if "amx-bf16" not in (cpu_features(make_target("llvm")) or ()):
+        return False
+    if sys.platform != "linux" or platform.machine() != "x86_64":
+        return True
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True).syscall(158, 0x1023, 18) != 0  # arch_prctl(ARCH_REQ_XCOMP_PERM)
 
 
 def split_rows(mr: int) -> tuple[int, int] | None:

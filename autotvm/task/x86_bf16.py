@@ -282,9 +282,11 @@ TEMPLATE = "x86/matmul_bf16"
 
 
 def _knob_tiles(amx: list[Tile], avx512: list[Tile]) -> list[str]:
-    """A template's tiles: AMX's where the target in scope has AMX and one fits, else AVX-512's."""
+    """A template's tiles: AMX's where the target in scope has AMX and one fits, else AVX-512's;
+    not AMX's where this machine has AMX but may not use it (``x86_amx.refused_here``)."""
     target = tvm.target.Target.current(allow_none=True)
-    on_amx = target is not None and target.kind.name == "llvm" and cpu_has_amx_bf16(target)
+    on_amx = (target is not None and target.kind.name == "llvm" and cpu_has_amx_bf16(target)
+              and not x86_amx.refused_here())
     return [str(tile) for tile in (on_amx and amx or avx512)]
 
 
