@@ -252,10 +252,9 @@ def bf16_headroom(config: Config, option: dict) -> Result:
     """What bfloat16 can give a matmul on this CPU, before any model uses it: for each matmul
     workload, TVM in float32 tuned by GA-DQN (``experiments.trials``), TVM in bfloat16 with the
     micro-kernel (``autotvm.task.x86_bf16``, on AMX's tiles where the CPU has them, every tile that
-    fits, the fastest kept),
-    OpenVINO's fully connected layer at its default precision and held to float32, and PyTorch's
-    ``linear`` in float32 and bfloat16, all on the target's cores, timed together in interleaved
-    rounds (``run_settings.repeat``). ``summary.csv``: each one's median ms and GFLOP/s, with
+    fits, the fastest kept), OpenVINO's fully connected layer at its default precision and held to
+    float32, and PyTorch's ``linear`` in float32 and bfloat16, all on the target's cores, timed
+    together in interleaved rounds (``run_settings.repeat``). ``summary.csv``: each one's median ms and GFLOP/s, with
     OpenVINO's own per-layer time beside its whole call."""
     from autotvm.task import x86_bf16
 

@@ -76,7 +76,7 @@ def _tvm_bfloat16(a: np.ndarray, b: np.ndarray, target: Any) -> tuple[Runtime, s
     packed = b.astype(ml_dtypes.bfloat16).reshape(k // 2, 2, n).transpose(0, 2, 1).copy()
     args = [tvm.runtime.tensor(a16), tvm.runtime.tensor(packed), tvm.runtime.tensor(np.zeros((m, n), np.float32))]
     func, best = x86_bf16.matmul(m, k, n), None
-    for tile in x86_bf16.tiles(m, k, n, amx=x86_bf16.cpu_has_amx_bf16(target)) or x86_bf16.tiles(m, k, n):
+    for tile in x86_bf16.tiles(m, k, n, amx=x86_bf16.uses_amx(target)) or x86_bf16.tiles(m, k, n):
         lib = tvm.compile(x86_bf16.schedule(func, *tile).mod, target=target)
         seconds = min(lib.mod.time_evaluator("main", tvm.cpu(), **_QUICK)(*args).results)
         if best is None or seconds < best[0]:

@@ -281,13 +281,16 @@ def _tensorize(sch: tvm.s_tir.Schedule, inner: Any, outer: Any, tile: Tile) -> N
 TEMPLATE = "x86/matmul_bf16"
 
 
+def uses_amx(target: Any) -> bool:
+    """Whether kernels for ``target`` compute on AMX's tiles: its CPU has them, and this machine,
+    if it has them too, lets a process use them (``x86_amx.refused_here``)."""
+    return (target is not None and target.kind.name == "llvm" and cpu_has_amx_bf16(target)
+            and not x86_amx.refused_here())
+
+
 def _knob_tiles(amx: list[Tile], avx512: list[Tile]) -> list[str]:
-    """A template's tiles: AMX's where the target in scope has AMX and one fits, else AVX-512's;
-    not AMX's where this machine has AMX but may not use it (``x86_amx.refused_here``)."""
-    target = tvm.target.Target.current(allow_none=True)
-    on_amx = (target is not None and target.kind.name == "llvm" and cpu_has_amx_bf16(target)
-              and not x86_amx.refused_here())
-    return [str(tile) for tile in (on_amx and amx or avx512)]
+    """A template's tiles: AMX's where the target in scope ``uses_amx`` and one fits, else AVX-512's."""
+    return [str(tile) for tile in (uses_amx(tvm.target.Target.current(allow_none=True)) and amx or avx512)]
 
 
 @template(TEMPLATE)
