@@ -38,6 +38,8 @@ def test_tiles_fit_the_shape_and_the_registers():
     assert not x86_bf16.tiles(1, 384, 384, amx=True)  # one row: no tile (its loop would vanish), stays float32
     with pytest.raises(autotvm.AutoTVMError, match="8 registers"):
         x86_bf16.intrinsic(48, 2, 64, amx=True)
+    with pytest.raises(autotvm.AutoTVMError, match="only AMX's"):  # a call summing a filter's 3 rows
+        x86_bf16.intrinsic(4, 2, 16, taps=3)
 
 
 def test_the_templates_search_amx_tiles_where_the_target_has_amx():
@@ -163,14 +165,15 @@ def test_convolutions_tile_and_fold_few_channels_into_the_taps():
 
 
 @pytest.mark.skipif(not HAS_BF16, reason="this CPU has no AVX512-BF16")
-@pytest.mark.parametrize("amx", [False, pytest.param(True, marks=pytest.mark.skipif(not HAS_AMX, reason="no AMX"))])
+@pytest.mark.parametrize("amx, all_rows", [(False, False), *[  # AMX's kernel summing one filter row a call, or all
+    pytest.param(True, rows, marks=pytest.mark.skipif(not HAS_AMX, reason="no AMX")) for rows in (False, True)]])
 @pytest.mark.parametrize("shape, order", [
     ((9, 14, 64, 32, 3, 3, 1, 1, 1, 1, 1), "rows"),
     ((13, 11, 32, 48, 3, 3, 2, 0, 1, 2, 1), "channels"),  # stride 2, uneven pads, 3 vectors of filters
     ((12, 12, 5, 32, 3, 3, 2, 1, 1, 1, 1), "weights"),  # few channels: folded
     ((10, 10, 64, 32, 1, 1, 2, 0, 0, 0, 0), "rows"),  # a 1x1 downsampling
 ])
-def test_the_convolution_kernel_computes_the_bfloat16_convolution_in_float32(shape, order, amx):
+def test_the_convolution_kernel_computes_the_bfloat16_convolution_in_float32(shape, order, amx, all_rows):
     import ml_dtypes
     import torch
 
@@ -178,8 +181,10 @@ def test_the_convolution_kernel_computes_the_bfloat16_convolution_in_float32(sha
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1, shape.h, shape.w, shape.c)).astype(ml_dtypes.bfloat16).astype(np.float32)
     w = rng.standard_normal((shape.co, shape.kh, shape.kw, shape.c)).astype(ml_dtypes.bfloat16).astype(np.float32)
-    lib = tvm.compile(x86_bf16.conv2d_schedule(x86_bf16.conv2d(shape), *x86_bf16.conv2d_tiles(shape, amx)[0],
-                                               order).mod, target=HOST)
+    mod = x86_bf16.conv2d_schedule(x86_bf16.conv2d(shape), *x86_bf16.conv2d_tiles(shape, amx)[0], order,
+                                   shape.kh if all_rows else 1).mod
+    assert (f"tvm_amx_bf16_conv_{shape.kh}x" in mod.script()) == (all_rows and shape.kh > 1)
+    lib = tvm.compile(mod, target=HOST)
     y = tvm.runtime.tensor(np.zeros((1, *shape.out, shape.co), np.float32))
     lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(x86_bf16.pack_conv2d_weight(w)), y)
     padded = torch.nn.functional.pad(torch.tensor(x).permute(0, 3, 1, 2),
@@ -192,9 +197,10 @@ def test_the_convolution_kernel_computes_the_bfloat16_convolution_in_float32(sha
 @pytest.mark.skipif(not HAS_BF16, reason="this CPU has no AVX512-BF16")
 def test_a_bfloat16_network_tunes_its_convolutions_and_stays_accurate(tmp_path):
     """A small residual network in bfloat16: every convolution (the RGB stem folded) becomes the
-    convolution template's task, with the tile and the loop order as knobs, and takes in what
-    follows it (the bias batch norm folded into, the ReLU, the residual); the tuned build stays
-    within a cosine of 0.9999 of PyTorch in float32."""
+    convolution template's task, with the tile and the loop order as knobs (on AMX also whether a
+    call of the kernel sums all the filter's rows), and takes in what follows it (the bias batch
+    norm folded into, the ReLU, the residual); the tuned build stays within a cosine of 0.9999 of
+    PyTorch in float32."""
     from tvm import relax
 
     from autotvm.tuner import RandomTuner
@@ -212,7 +218,7 @@ def test_a_bfloat16_network_tunes_its_convolutions_and_stays_accurate(tmp_path):
     others = [t.name for t in tasks if t.name not in (x86_bf16.CONV_TEMPLATE, x86_bf16.TEMPLATE)]
     assert not [name for name in others if "relu" in name or "conv" in name]  # all taken into the kernels
     task = convs[(16, 16, 32, 32, 3, 3, 1, 1, 1, 1, 1, bias_add_relu)]
-    assert [k.name for k in task.config_space.knobs] == ["tile", "order"]
+    assert [k.name for k in task.config_space.knobs] == ["tile", "order"] + ["taps"] * x86_bf16.uses_amx(HOST)
     log = str(tmp_path / "cnn.json")
     option = autotvm.measure_option(autotvm.LocalBuilder(n_parallel=2), autotvm.LocalRunner(number=2, repeat=1))
     tuner = RandomTuner(task, seed=0)

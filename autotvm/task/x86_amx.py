@@ -54,35 +54,41 @@ def fits(mr: int, nv: int, kt: int) -> bool:
             and kt > 0 and (kt % STEP == 0 or kt < STEP))
 
 
-def kernel_ir(name: str, mr: int, nv: int, kt: int) -> str:
+def kernel_ir(name: str, mr: int, nv: int, kt: int, taps: int = 1) -> str:
     """LLVM IR of ``name(c, c_offset, ldc, a, a_offset, lda, b, b_offset, ldb, kt)``, the same
     signature as ``x86_bf16``'s kernel: the sum tiles loaded from C, kt pairs of K added in steps
-    of 16, stored back; with the declarations it needs."""
+    of 16, stored back; with the declarations it needs. With ``taps`` > 1 the kernel adds the
+    products of ``taps`` pairs of A and B, the next ``sa`` and ``sb`` elements on (two more
+    arguments): a convolution's filter rows, summed while the sums stay in the tiles."""
     mt, rows = split_rows(mr)
-    steps = [(s, min(STEP, kt - s)) for s in range(0, kt, STEP)]
+    steps = [(r, s, min(STEP, kt - s)) for r in range(taps) for s in range(0, kt, STEP)]
     lines = [f"define void @{name}(ptr %c0, i64 %co, i64 %ldc, ptr %a0, i64 %ao, i64 %lda, ptr %b0, i64 %bo, "
-             "i64 %ldb, i64 %kt) #1 {", "entry:", "  call void @tvm_amx_permit()",
+             f"i64 %ldb, i64 %kt{', i64 %sa, i64 %sb' if taps > 1 else ''}) #1 {{", "entry:",
+             "  call void @tvm_amx_permit()",
              "  %c = getelementptr float, ptr %c0, i64 %co",
              "  %a = getelementptr i16, ptr %a0, i64 %ao",
              "  %b = getelementptr i16, ptr %b0, i64 %bo",
              "  %cs = shl i64 %ldc, 2", "  %as = shl i64 %lda, 1", "  %bs = shl i64 %ldb, 1"]
 
-    def offset(name: str, base: str, stride: str, row: int, column: int, kind: str) -> list[str]:
-        return [f"  %{name}.r = mul i64 {stride}, {row}", f"  %{name}.x = add i64 %{name}.r, {column}",
-                f"  %{name} = getelementptr {kind}, ptr {base}, i64 %{name}.x"]
+    def offset(name: str, base: str, stride: str, row: int, column: int, kind: str, tap: str = "",
+               r: int = 0) -> list[str]:
+        lines = [f"  %{name}.r = mul i64 {stride}, {row}", f"  %{name}.x = add i64 %{name}.r, {column}"]
+        if r:  # the r-th tap: r times its stride further on
+            lines += [f"  %{name}.t = mul i64 {tap}, {r}", f"  %{name}.y = add i64 %{name}.x, %{name}.t"]
+        return lines + [f"  %{name} = getelementptr {kind}, ptr {base}, i64 %{name}.{'y' if r else 'x'}"]
 
     for i in range(mt):
         for j in range(nv):
             lines += offset(f"cp{i}_{j}", "%c", "%ldc", i * rows, 16 * j, "float")
             lines.append(f"  %acc{i}_{j}_0 = call x86_amx @llvm.x86.tileloadd64.internal(i16 {rows}, i16 64, "
                          f"ptr %cp{i}_{j}, i64 %cs)")
-    for s, (first, pairs) in enumerate(steps):
+    for s, (r, first, pairs) in enumerate(steps):
         for j in range(nv):
-            lines += offset(f"bp{s}_{j}", "%b", "%ldb", first, 32 * j, "i16")
+            lines += offset(f"bp{s}_{j}", "%b", "%ldb", first, 32 * j, "i16", "%sb", r)
             lines.append(f"  %bt{s}_{j} = call x86_amx @llvm.x86.tileloadd64.internal(i16 {pairs}, i16 64, "
                          f"ptr %bp{s}_{j}, i64 %bs)")
         for i in range(mt):
-            lines += offset(f"ap{s}_{i}", "%a", "%lda", i * rows, 2 * first, "i16")
+            lines += offset(f"ap{s}_{i}", "%a", "%lda", i * rows, 2 * first, "i16", "%sa", r)
             lines.append(f"  %at{s}_{i} = call x86_amx @llvm.x86.tileloadd64.internal(i16 {rows}, i16 {4 * pairs}, "
                          f"ptr %ap{s}_{i}, i64 %as)")
             lines += [f"  %acc{i}_{j}_{s + 1} = call x86_amx @llvm.x86.tdpbf16ps.internal(i16 {rows}, i16 64, "

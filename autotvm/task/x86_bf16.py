@@ -18,7 +18,9 @@ GELU, a residual), applied to each tile while it is in cache.
 
 On a CPU with AMX (``cpu_has_amx_bf16``) the templates' tiles are those of the same product on
 AMX's tile registers (``x86_amx``), B in the same pairs: the target in scope when a template runs
-(``tvm.target.Target.current()``, as in AutoTVM) picks which.
+(``tvm.target.Target.current()``, as in AutoTVM) picks which. There a convolution's knob ``taps``
+also chooses whether one call of the kernel sums one of the filter's rows or all of them (its
+sums stay in the tiles across them).
 """
 
 from __future__ import annotations
@@ -118,12 +120,17 @@ class Tile(NamedTuple):
 
 
 @functools.lru_cache(maxsize=None)  # once per shape and process: TVMScript parses slowly, and a tune instantiates often
-def intrinsic(mr: int, nv: int, kt: int, amx: bool = False) -> tuple[str, str]:
+def intrinsic(mr: int, nv: int, kt: int, amx: bool = False, taps: int = 1) -> tuple[str, str]:
     """Register the micro-kernel C[mr, 16 nv] += A[mr, 2 kt] B[kt, 16 nv, 2] (on AMX's tiles if
-    ``amx``) as a tensor intrinsic; returns (its name, the LLVM IR its kernels must carry)."""
+    ``amx``) as a tensor intrinsic; returns (its name, the LLVM IR its kernels must carry). With
+    ``taps`` > 1 (AMX's only, ``_taps_intrinsic``) it sums a convolution's filter rows."""
     if amx and not x86_amx.fits(mr, nv, kt):
         raise AutoTVMError(f"AMX bf16 micro-kernel {mr}x{nv}x{kt}: more tiles than AMX's 8 registers, rows not in "
                            "equal tiles of at most 16, or pairs of K not in steps of 16")
+    if taps > 1:
+        if not amx:
+            raise AutoTVMError("only AMX's micro-kernel sums a convolution's filter rows in one call (taps > 1)")
+        return _taps_intrinsic(mr, nv, kt, taps)
     if not amx and not _fits_registers(mr, nv):
         raise AutoTVMError(f"bf16 micro-kernel {mr}x{nv}: more accumulators than AVX-512 has registers")
     name, n = (f"tvm_amx_bf16_gemm_{mr}x{nv}x{kt}" if amx else f"tvm_bf16_gemm_{mr}x{nv}"), 16 * nv
@@ -157,6 +164,45 @@ def intrinsic(mr: int, nv: int, kt: int, amx: bool = False) -> tuple[str, str]:
     intrin = f"{'amx' if amx else 'avx512'}bf16_gemm_{mr}x{nv}x{kt}"
     tvm.s_tir.TensorIntrin.register(intrin, desc, impl, override=True)
     return intrin, x86_amx.kernel_ir(name, mr, nv, kt) if amx else _kernel_ir(name, mr, nv) + "\n" + _DECLARATIONS
+
+
+def _taps_intrinsic(mr: int, nv: int, kt: int, taps: int) -> tuple[str, str]:
+    """The AMX micro-kernel over ``taps`` filter rows of ``conv2d``: C[mr, 16 nv] += the sum over r
+    of A[r, mr, 2 kt] B[r, kt, 16 nv, 2], A's rows of the padded input P (its unit axis the
+    column phase) and B's of the weight W (its unit axis the filter column), so that the sums
+    stay in the tiles across the filter's rows."""
+    name, n, any_ = f"tvm_amx_bf16_conv_{taps}x{mr}x{nv}x{kt}", 16 * nv, T.int32
+
+    @T.prim_func(s_tir=True)
+    def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
+        A = T.match_buffer(a, (taps, 1, mr, 2 * kt), "bfloat16", offset_factor=1, strides=[any_(), any_(), any_(), 1])
+        B = T.match_buffer(b, (taps, 1, kt, n, 2), "bfloat16", offset_factor=1, strides=[any_(), any_(), any_(), 2, 1])
+        C = T.match_buffer(c, (mr, n), "float32", offset_factor=1, strides=[any_(), 1])
+        with T.sblock("root"):
+            T.reads(C[0:mr, 0:n], A[0:taps, 0:1, 0:mr, 0:2 * kt], B[0:taps, 0:1, 0:kt, 0:n, 0:2])
+            T.writes(C[0:mr, 0:n])
+            for r, i, j, k, p in T.grid(taps, mr, n, kt, 2):
+                with T.sblock("update"):
+                    vi, vj, vr, vk, vp = T.axis.remap("SSRRR", [i, j, r, k, p])  # the convolution's order of axes
+                    C[vi, vj] = C[vi, vj] + T.cast(A[vr, 0, vi, vk * 2 + vp], "float32") * \
+                        T.cast(B[vr, 0, vk, vj, vp], "float32")
+
+    @T.prim_func(s_tir=True)
+    def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
+        A = T.match_buffer(a, (taps, 1, mr, 2 * kt), "bfloat16", offset_factor=1, strides=[any_(), any_(), any_(), 1])
+        B = T.match_buffer(b, (taps, 1, kt, n, 2), "bfloat16", offset_factor=1, strides=[any_(), any_(), any_(), 2, 1])
+        C = T.match_buffer(c, (mr, n), "float32", offset_factor=1, strides=[any_(), 1])
+        with T.sblock("root"):
+            T.reads(C[0:mr, 0:n], A[0:taps, 0:1, 0:mr, 0:2 * kt], B[0:taps, 0:1, 0:kt, 0:n, 0:2])
+            T.writes(C[0:mr, 0:n])
+            T.evaluate(T.call_extern("int32", name, C.data, T.Cast("int64", C.elem_offset), T.Cast("int64", C.strides[0]),
+                                     A.data, T.Cast("int64", A.elem_offset), T.Cast("int64", A.strides[2]),
+                                     B.data, T.Cast("int64", B.elem_offset), T.Cast("int64", B.strides[2]),
+                                     T.int64(kt), T.Cast("int64", A.strides[0]), T.Cast("int64", B.strides[0])))
+
+    intrin = f"amxbf16_conv_{taps}x{mr}x{nv}x{kt}"
+    tvm.s_tir.TensorIntrin.register(intrin, desc, impl, override=True)
+    return intrin, x86_amx.kernel_ir(name, mr, nv, kt, taps)
 
 
 # what a kernel applies to its sums before it writes them: a bias per output channel, then a ReLU
@@ -270,10 +316,10 @@ def fits(m: int, k: int, n: int) -> bool:
     return k % 2 == 0 and bool(tiles(m, k, n) or tiles(m, k, n, amx=True))
 
 
-def _tensorize(sch: tvm.s_tir.Schedule, inner: Any, outer: Any, tile: Tile) -> None:
-    """The loop ``inner`` (an mr x 16 nv x kt-pair tile) becomes the micro-kernel, and ``outer``
-    carries its LLVM IR."""
-    intrin, ir = intrinsic(*tile)
+def _tensorize(sch: tvm.s_tir.Schedule, inner: Any, outer: Any, tile: Tile, taps: int = 1) -> None:
+    """The loop ``inner`` (an mr x 16 nv x kt-pair tile, or ``taps`` of them) becomes the
+    micro-kernel, and ``outer`` carries its LLVM IR."""
+    intrin, ir = intrinsic(*tile, taps)
     sch.tensorize(inner, intrin)
     sch.annotate(outer, PRAGMA, ir)
 
@@ -387,12 +433,13 @@ CONV_ORDERS = {"rows": "n i jo oo | r t cco", "channels": "oo n i jo | r t cco",
 
 
 def conv2d_schedule(func: Any, mr: int, nv: int, kt: int, amx: bool = False,
-                    order: str = "rows") -> tvm.s_tir.Schedule:
+                    order: str = "rows", taps: int = 1) -> tvm.s_tir.Schedule:
     """``conv2d``'s function tiled for the micro-kernel (on AMX if ``amx``): ``mr`` pixels of an
     output row by ``16 nv`` output channels by ``kt`` pairs of input channels, for each filter
     tap. ``order="rows"`` runs the output rows in parallel with the channel blocks inside;
     ``"channels"`` the channel blocks outside, so a core keeps one block of the weights in cache
-    across all rows (small images, many channels)."""
+    across all rows (small images, many channels). ``taps`` > 1 (on AMX, the filter's height):
+    one call of the kernel sums the filter's rows, its loop the innermost of the serial ones."""
     sch = tvm.s_tir.Schedule(func)
     pad = sch.get_sblock("P")
     hh, _, _, ci = sch.get_loops(pad)
@@ -405,13 +452,15 @@ def conv2d_schedule(func: Any, mr: int, nv: int, kt: int, amx: bool = False,
     cco, cci = sch.split(cc, [None, kt])
     loops = {"n": n, "i": i, "jo": jo, "oo": oo, "r": r, "t": t, "cco": cco}
     parallel, serial = (names.split() for names in CONV_ORDERS[order].split("|"))
+    if taps > 1:
+        serial = [name for name in serial if name != "r"] + ["r"]
     sch.reorder(*[loops[name] for name in parallel + serial], ji, oi, cci, cp)
     outer = sch.fuse(*[loops[name] for name in parallel]) if len(parallel) > 1 else loops[parallel[0]]
     sch.parallel(outer)
     _epilogue_at(sch, outer)
     init = sch.decompose_reduction(block, loops[serial[0]])
     sch.vectorize(sch.get_loops(init)[-1])
-    _tensorize(sch, ji, outer, Tile(mr, nv, kt, amx))
+    _tensorize(sch, loops["r"] if taps > 1 else ji, outer, Tile(mr, nv, kt, amx), taps)
     return sch
 
 
@@ -466,6 +515,9 @@ def conv2d_template(*args: int) -> tuple[Any, list]:
     cfg = get_config()
     cfg.define_knob("tile", _knob_tiles(conv2d_tiles(shape, amx=True), conv2d_tiles(shape)))
     cfg.define_knob("order", list(CONV_ORDERS))
+    tile = Tile.parse(cfg["tile"].val)
+    # on AMX, whether a call of the kernel sums one of the filter's rows or all of them
+    taps = cfg.define_knob("taps", [1, shape.kh]).val if tile.amx and shape.kh > 1 else 1
     oh, ow = shape.out
     cfg.add_flop(2.0 * oh * ow * shape.co * shape.kh * shape.kw * shape.c)
-    return conv2d_schedule(conv2d(shape), *Tile.parse(cfg["tile"].val), cfg["order"].val), []
+    return conv2d_schedule(conv2d(shape), *tile, cfg["order"].val, taps), []
