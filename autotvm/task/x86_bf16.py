@@ -516,8 +516,8 @@ def conv2d_template(*args: int) -> tuple[Any, list]:
     cfg.define_knob("tile", _knob_tiles(conv2d_tiles(shape, amx=True), conv2d_tiles(shape)))
     cfg.define_knob("order", list(CONV_ORDERS))
     tile = Tile.parse(cfg["tile"].val)
-    # on AMX, whether a call of the kernel sums one of the filter's rows or all of them
-    taps = cfg.define_knob("taps", [1, shape.kh]).val if tile.amx and shape.kh > 1 else 1
+    # on AMX, whether a call of the kernel sums all the filter's rows (the untuned build's) or one
+    taps = cfg.define_knob("taps", [shape.kh, 1]).val if tile.amx and shape.kh > 1 else 1
     oh, ow = shape.out
     cfg.add_flop(2.0 * oh * ow * shape.co * shape.kh * shape.kw * shape.c)
     return conv2d_schedule(conv2d(shape), *tile, cfg["order"].val, taps), []
