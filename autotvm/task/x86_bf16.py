@@ -417,7 +417,12 @@ def conv2d(shape: Conv2D) -> Any:
             col, real = ww * s + q - shape.pad_left, True
         row = hh - shape.pad_top
         inside = tvm.tirx.all(real, row >= 0, row < shape.h, col >= 0, col < shape.w)
-        return tvm.tirx.if_then_else(inside, x[0, row, col, ci].astype("bfloat16"), tvm.tirx.const(0, "bfloat16"))
+        if not shape.folded:
+            return tvm.tirx.if_then_else(inside, x[0, row, col, ci].astype("bfloat16"), tvm.tirx.const(0, "bfloat16"))
+        # folded, the condition varies along the vectorised channels, where TVM's vectoriser leaves an
+        # if_then_else scalar: a select of a load clamped inside X stays in vectors
+        value = x[0, te.max(te.min(row, shape.h - 1), 0), te.max(te.min(col, shape.w - 1), 0), ci]
+        return tvm.tirx.Select(inside, value, tvm.tirx.const(0, "float32")).astype("bfloat16")
 
     p = te.compute((shape.h + shape.pad_top + shape.pad_bottom, steps, width, 2 * shape.pairs), padded, name="P")
     r, t = te.reduce_axis((0, shape.kh), name="r"), te.reduce_axis((0, kw), name="t")
