@@ -13,7 +13,6 @@ import statistics
 from typing import Callable, Iterable
 
 import numpy as np
-import scipy.stats
 import tabulate
 
 MIN_SEEDS = 5  # seeds per tuner (and per op) below which no interval is given
@@ -90,6 +89,8 @@ def geomean_ratio_interval(runs: Iterable[dict], tuner: str, baseline: str, resa
     if all(np.ptp(sample) == 0 for sample in samples):  # every seed agrees: the interval is a point
         point = float(np.exp(mean_log_ratio(*samples)))
         return point, point
+    import scipy.stats  # here: its import costs a tune's start half a second
+
     result = scipy.stats.bootstrap(samples, mean_log_ratio, n_resamples=resamples, confidence_level=LEVEL,
                                    method="percentile", paired=False, vectorized=True, rng=np.random.default_rng(seed))
     low, high = np.exp([result.confidence_interval.low, result.confidence_interval.high])
