@@ -6,12 +6,14 @@
 For the config's model and the target's architecture (``--arch``; default sm_90, an H100/H200),
 random configs of the costliest functions (weight x FLOPs) are checked as a tune checks them,
 first from their tile sizes alone (threads per block), then by replaying the schedule (shared memory
-from its loops, then the postprocessors); ``--builds``
-accepted configs of each function are then built one at a time on one core by the builder's own
-function (``autotvm.measure.workers.build_artifact``: TVM's lowering, nvcc where it is installed,
-the library's export). It prints the check's cost and acceptance, how many built, the build
-times, and what a batch of ``--workers`` builds waits for: the slowest of that many (resampled
-from the builds timed here), against the mean a worker that never waits would take. Last, such
+from its loops, then the postprocessors, then each thread's own buffers against its registers);
+``--builds`` accepted configs of each function are then built one at a time on one core by the
+builder's own function (``autotvm.measure.workers.build_artifact``: TVM's lowering, nvcc where it
+is installed, the library's export). It prints the check's cost and acceptance, how many built,
+the build times, and what a batch of ``--workers`` builds waits for: the slowest of that many
+(resampled from the builds timed here), against the mean a worker that never waits would take.
+As many of the configs only the register check rejects are built too, and the same wait is given
+with them and without them (each function's configs drawn in the shares the check found). Last, such
 a batch of the accepted configs goes through the tune's own builder (``LocalBuilder``,
 ``--workers`` workers, at most one a core) and its wall time is printed: on a GPU host, the
 builds exactly as a tune's round makes them (TVM's CUDA compiler callback, nvcc or NVRTC).
@@ -56,30 +58,48 @@ def main() -> None:
     precision = args.precision or config.run_settings.precision
     target = autotvm.make_target({"kind": "cuda", "arch": args.arch})  # the GPU's limits, or every GPU's
     rows, builds, in_nvcc, batch = [], [], [], []
+    drawn: list = []  # every build: (seconds, seconds in nvcc, whether only the register check rejects it, its weight)
     disagreements = 0
     rng = np.random.default_rng(args.seed)
     with tempfile.TemporaryDirectory(prefix="cuda-builds-") as out_dir:  # the libraries built, removed after
         for spec in config.models:
             _, _, _, tasks = model_tasks(spec, target, precision)
             for task in sorted(tasks, key=lambda t: -t.weight * t.flop)[: args.functions]:
-                row, times, nvcc_times, wrong, accepted = _sample(task, args, rng, out_dir)
+                row, sampled, wrong = _sample(task, args, rng, out_dir)
                 rows.append(row)
+                accepted, times, nvcc_times = sampled["accepted"]
                 batch += [autotvm.MeasureInput(task.target, task, config_) for config_ in accepted]
                 builds += times
                 in_nvcc += nvcc_times
+                for rejected, (_, times_, nvcc_) in ((False, sampled["accepted"]), (True, sampled["registers"])):
+                    share = sampled["counts"][rejected] / max(len(times_), 1)  # each build stands for this many checked
+                    drawn += [(t, n, rejected, share) for t, n in zip(times_, nvcc_)]
                 disagreements += wrong
-    print(tabulate.tabulate(rows, headers=["function", "accepted", "rejected from tiles", "then from loops", "replay ms", "check ms",
+    print(tabulate.tabulate(rows, headers=["function", "accepted", "rejected from tiles", "then from loops",
+                                           "then from registers", "replay ms", "check ms",
                                            "built", "build s median", "build s max"]))
     print(f"{config.models[0].name} {precision} for {args.arch}, nvcc: {find_nvcc() or 'not installed (lowering only)'}; "
           "a config's mean time, one core: replay ms, replaying it and running the postprocessors; check ms, the "
           f"tune's check (threads per block from its tiles, then shared memory from the replayed loops, then the "
-          f"postprocessors); configs the check and the replay disagree on: {disagreements}")
+          f"postprocessors, then a thread's own buffers against its registers); configs the check and the replay "
+          f"disagree on, registers aside: {disagreements}")
     if builds:
         draws = rng.choice(builds, size=(2000, args.workers))
         nvcc = f" ({np.mean(in_nvcc):.2f} s of it in nvcc)" if find_nvcc() else ""
         print(f"{len(builds)} builds on one core: mean {np.mean(builds):.2f} s{nvcc}, median {np.median(builds):.2f} s, "
               f"max {max(builds):.2f} s; a batch of {args.workers} on {args.workers} workers waits "
               f"{draws.max(axis=1).mean():.2f} s for its slowest (resampled), against {np.mean(builds):.2f} s a build")
+    over = [row for row in drawn if row[2]]
+    if over:
+        def waits(rows: list) -> float:
+            weights = np.array([row[3] for row in rows])
+            picks = rng.choice(len(rows), size=(2000, args.workers), p=weights / weights.sum())
+            return float(np.array([row[0] for row in rows])[picks].max(axis=1).mean())
+
+        print(f"{len(over)} builds of configs only the register check rejects: mean {np.mean([r[0] for r in over]):.2f} s "
+              f"({np.mean([r[1] for r in over]):.2f} s in nvcc), max {max(r[0] for r in over):.2f} s; a batch of "
+              f"{args.workers} drawn as checked (each function's configs in their shares) waits {waits(drawn):.2f} s "
+              f"for its slowest with them, {waits([r for r in drawn if not r[2]]):.2f} s without")
     if batch:
         _build_batch(batch, min(args.workers, host_cores()))
 
@@ -109,15 +129,16 @@ def _build_batch(accepted: list, workers: int) -> None:
 
 def _sample(task: Any, args: argparse.Namespace, rng: np.random.Generator, out_dir: str) -> tuple:
     """Check ``args.checks`` random configs of ``task`` as a tune does, build ``args.builds`` accepted
-    ones; returns the table's row, the builds' seconds, their seconds in nvcc, the configs the
-    check and the replay disagree on, and the configs built."""
-    from autotvm.measure.workers import build_artifact
+    ones and as many of those only the register check rejects (what it saves); returns the table's
+    row, ``{"accepted": (configs, seconds, seconds in nvcc), "registers": (the same), "counts":
+    {False: accepted, True: rejected for registers}}`` and the configs the check and the replay
+    disagree on (registers aside)."""
     from autotvm.task.space import InstantiationError
 
     space = task.config_space
     check = replay = 0.0
     wrong = 0
-    accepted, from_tiles, from_loops = [], 0, 0
+    accepted, over, from_tiles, from_loops = [], [], 0, 0
     for _ in range(args.checks):
         config = space.get(int(rng.integers(space.range_length)))
         start = time.perf_counter()
@@ -132,25 +153,42 @@ def _sample(task: Any, args: argparse.Namespace, rng: np.random.Generator, out_d
         check += time.perf_counter() - start
         from_tiles += why is not None and "threads per block" in why
         from_loops += why is not None and "shared memory per block" in why
-        wrong += (why is None) != ok  # the check and the replay disagree (none expected)
-        if ok:
+        if why is not None and "local memory per thread" in why:  # replayed well, kept from building
+            over.append(config)
+        elif (why is None) != ok:  # the check and the replay disagree (none expected)
+            wrong += 1
+        if why is None:
             accepted.append(config)
-    times, in_nvcc = [], []
-    for config in accepted[: args.builds]:
+    built = {"accepted": _build_each(task, accepted[: args.builds], out_dir),
+             "registers": _build_each(task, over[: args.builds], out_dir),
+             "counts": {False: len(accepted), True: len(over)}}
+    times = built["accepted"][1]
+    row = [task.name[:36], f"{len(accepted)}/{args.checks}", f"{from_tiles}/{args.checks - len(accepted)}",
+           f"{from_loops}/{args.checks - len(accepted) - from_tiles}",
+           f"{len(over)}/{args.checks - len(accepted) - from_tiles - from_loops}",
+           f"{1e3 * replay / args.checks:.1f}", f"{1e3 * check / args.checks:.1f}",
+           f"{len(times)}/{len(accepted[: args.builds])}",
+           f"{np.median(times):.2f}" if times else "-", f"{max(times):.2f}" if times else "-"]
+    return row, built, wrong
+
+
+def _build_each(task: Any, configs: list, out_dir: str) -> tuple:
+    """Build ``configs`` one at a time with the builder's own function; returns the configs built,
+    their seconds and their seconds in nvcc."""
+    from autotvm.measure.workers import build_artifact
+
+    done, times, in_nvcc = [], [], []
+    for config in configs:
         start = time.perf_counter()
         try:
             built = build_artifact(task.instantiate(config), task.target, out_dir, True, False)
             os.remove(built[0])
             times.append(time.perf_counter() - start)
             in_nvcc.append(built[5])
+            done.append(config)
         except Exception as err:  # a kernel nvcc refuses: a failed trial on the GPU host too
             print(f"note: {task.name}: a build failed ({str(err).strip().splitlines()[-1][:100]})")
-    row = [task.name[:36], f"{len(accepted)}/{args.checks}", f"{from_tiles}/{args.checks - len(accepted)}",
-           f"{from_loops}/{args.checks - len(accepted) - from_tiles}",
-           f"{1e3 * replay / args.checks:.1f}", f"{1e3 * check / args.checks:.1f}",
-           f"{len(times)}/{len(accepted[: args.builds])}",
-           f"{np.median(times):.2f}" if times else "-", f"{max(times):.2f}" if times else "-"]
-    return row, times, in_nvcc, wrong, accepted[: args.builds]
+    return done, times, in_nvcc
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ here can run a CUDA kernel.
 
 import json
 import os
+import re
 import shutil
 import time
 
@@ -44,7 +45,8 @@ def test_most_of_a_cuda_space_is_rejected_before_building(cuda_task):
                 for i in rng.integers(0, len(cuda_task.config_space), 100)]
     rejected = [v for v in verdicts if v is not None]
     assert 50 <= len(rejected) < 100, len(rejected)  # measured: 93% of uniform configs
-    assert all("VerifyGPUCode" in v or "threads per block" in v or "shared memory per block" in v for v in rejected)
+    assert all("VerifyGPUCode" in v or "threads per block" in v or "shared memory per block" in v
+               or "local memory per thread" in v for v in rejected)
 
 
 def test_configs_over_the_thread_limits_are_rejected_from_their_tiles_alone(cuda_task):
@@ -95,8 +97,9 @@ def test_configs_over_the_shared_memory_are_rejected_from_their_replayed_loops(c
     assert caught >= 0.5 * sum(f is not None for f in full) > 0, (caught, full)
     limit = int(cuda_task.target.attrs["max_shared_memory_per_block"])
     assert all(f"the target allows {limit}" in q for q in quick if q)
-    verdicts = [cuda_task.check(c) for c in configs]  # the tune's check: the postprocessors' verdicts,
-    assert [v is None for v in verdicts] == [f is None for f in full]
+    verdicts = [cuda_task.check(c) for c in configs]  # the tune's check: the postprocessors' verdicts
+    registers = [v is not None and "local memory per thread" in v for v in verdicts]  # (and a thread's registers),
+    assert [v is None or r for v, r in zip(verdicts, registers)] == [f is None for f in full]
     assert all(v == q for v, q in zip(verdicts, quick) if q)  # given from the loops where they tell
 
 
@@ -426,3 +429,53 @@ def test_rounds_in_flight_default_to_two_on_a_gpu_and_one_on_a_cpu():
         assert settings.in_flight(autotvm.make_target(target)) == expected
     settings = load_config(json.dumps({"target": "cuda", "autotuner_settings": {"rounds_in_flight": 1}}))
     assert settings.autotuner_settings.in_flight(autotvm.make_target("cuda")) == 1
+
+
+def _cuda_source(lib):
+    modules, source = list(lib.mod.imports), ""
+    while modules:
+        module = modules.pop()
+        modules.extend(module.imports)
+        source += module.inspect_source("cuda") if module.kind == "cuda" else ""
+    return source
+
+
+def test_configs_whose_thread_buffers_outgrow_the_registers_are_rejected(cuda_task, tmp_path):
+    """A config the postprocessors accept is still rejected where a thread's own buffers (its
+    tile of sums, once per virtual thread) need more 32-bit words than a thread's 255 registers:
+    counted as the CUDA source declares them. Where nvcc is installed, ptxas puts such a buffer
+    in a stack frame (local memory)."""
+    import subprocess
+
+    from autotvm.task.trace_task import REGISTERS_PER_THREAD
+
+    rng = np.random.default_rng(3)
+    valid, over = [], []
+    for index in rng.integers(0, len(cuda_task.config_space), 3000):
+        config = cuda_task.config_space.get(int(index))
+        if cuda_task._threads_out_of_limits(config) is not None:
+            continue
+        try:
+            cuda_task.schedule_of(config)
+        except autotvm.task.space.InstantiationError:
+            continue
+        why = cuda_task.check(config)
+        assert why is None or "local memory per thread" in why, why
+        (valid if why is None else over).append(config)
+        if len(valid) >= 3 and len(over) >= 3:
+            break
+    assert len(valid) >= 3 and len(over) >= 3, (len(valid), len(over))
+    for config in valid[:3] + over[:3]:
+        source = _cuda_source(tvm.compile(cuda_task.schedule_of(config).mod, target=cuda_task.target))
+        words = sum(int(n) for n in re.findall(r"float \w+_local_ptr\[(\d+)\]", source))
+        why = cuda_task.check(config)
+        assert (words > REGISTERS_PER_THREAD) == (why is not None), (words, why)
+        assert why is None or why.startswith(f"{words} 32-bit words of local memory per thread"), (words, why)
+    nvcc = shutil.which("nvcc")
+    if nvcc is not None:
+        (tmp_path / "kernel.cu").write_text(source)  # the last of the rejected configs
+        ptxas = subprocess.run([nvcc, "--cubin", "-arch=sm_90", "-Xptxas", "-v", "-o", str(tmp_path / "kernel.cubin"),
+                                str(tmp_path / "kernel.cu")], capture_output=True, text=True)
+        assert ptxas.returncode == 0, ptxas.stderr[-2000:]
+        frames = [int(n) for n in re.findall(r"(\d+) bytes stack frame", ptxas.stdout + ptxas.stderr)]
+        assert frames and max(frames) > 0, frames

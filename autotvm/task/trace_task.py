@@ -21,6 +21,8 @@ from typing import Any
 import diskcache
 import tvm
 from tvm.s_tir import Schedule
+from tvm.s_tir import transform as s_tir_transform
+from tvm.s_tir.analysis import calculate_allocated_bytes
 from tvm.s_tir.schedule import Trace
 
 from ..checks import AutoTVMError, check, integer, text
@@ -33,6 +35,7 @@ logger = logging.getLogger("autotvm")
 SAMPLING_KINDS = ("SamplePerfectTile", "SampleCategorical", "SampleComputeLocation")
 MAX_LOCATION_PROBE = 48
 CHECKED_KEPT = 64  # programs of accepted configs kept from ``check`` for ``instantiate`` (a batch or two)
+REGISTERS_PER_THREAD = 255  # the most 32-bit registers a CUDA thread can hold (every architecture since sm_35)
 
 
 def cache_dir() -> Path:
@@ -327,7 +330,9 @@ class TraceTask(Task):
         builder's first step, run in the tuner's process without building (safe to call from
         several threads at once: TVM releases the GIL while it schedules). The threads per block
         are read from the tile sizes first, then the shared memory from the replayed loops; only
-        a config within both goes through the postprocessors."""
+        a config within both goes through the postprocessors. On a GPU a config they accept is
+        rejected still where a thread's own buffers outgrow its registers
+        (``_local_memory_over_registers``)."""
         why = self._threads_out_of_limits(config)
         if why is not None:
             return why
@@ -339,6 +344,9 @@ class TraceTask(Task):
             mod = self._postprocessed(sch).mod
         except InstantiationError as err:
             return str(err)
+        why = _local_memory_over_registers(mod) if self.target.kind.name == "cuda" else None
+        if why is not None:
+            return why
         with self._checked_lock:
             self._checked[config.index] = mod
             while len(self._checked) > CHECKED_KEPT:
@@ -455,6 +463,29 @@ def _shared_memory_over_limit(sch: Schedule, target: tvm.target.Target) -> str |
     total = max(under.values(), default=0)
     if total > int(limit):
         return f"at least {total} bytes of shared memory per block; the target allows {int(limit)}"
+    return None
+
+
+def _local_memory_over_registers(mod: tvm.IRModule) -> str | None:
+    """Why a postprocessed GPU program's threads cannot keep their own buffers (scope ``local``:
+    a multi-level tiling's sums, once per virtual thread) in registers, or None: more 32-bit words
+    a thread than ``REGISTERS_PER_THREAD``. Such a buffer lives in local memory (ptxas reports a
+    stack frame for it), where every sum is a load and a store; nvcc also takes longest over
+    such kernels. The buffers are counted as TVM's lowering allocates them (compacted to a
+    thread's region, virtual threads injected), which is what the CUDA source declares."""
+    passes = tvm.transform.Sequential([
+        s_tir_transform.LowerInitBlock(), s_tir_transform.PlanAndUpdateBufferAllocationLocation(),
+        s_tir_transform.ConvertBlocksToOpaque(), s_tir_transform.CompactBufferAllocation(),
+        s_tir_transform.LowerOpaqueBlock(), tvm.tirx.transform.FlattenBuffer(), s_tir_transform.InjectVirtualThread(),
+    ])
+    try:
+        lowered = passes(mod)
+    except Exception:  # TVM's lowering stops on it: the build says why, as a failed trial
+        return None
+    words = sum(int(scopes.get("local", 0)) for scopes in calculate_allocated_bytes(lowered).values()) // 4
+    if words > REGISTERS_PER_THREAD:
+        return (f"{words} 32-bit words of local memory per thread; a thread holds at most {REGISTERS_PER_THREAD} "
+                "in registers")
     return None
 
 
