@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 
 METHODS = ("tune", "benchmark", "experiment")
@@ -38,6 +39,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:  # the command: Ctrl-C stops a tune (its trials logged, the workers ended) even where
+        # it was started with SIGINT ignored or blocked, as a script's background job or a parent's thread may
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     args = parse_args(sys.argv[1:] if argv is None else argv)
     from autotvm.checks import AutoTVMError
     from tools.config import load_config  # imports TVM: after the arguments are known to be sane
