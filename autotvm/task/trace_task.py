@@ -9,6 +9,7 @@ postprocessors are applied; a config they reject is invalid (``InstantiationErro
 from __future__ import annotations
 
 import collections
+import functools
 import hashlib
 import json
 import logging
@@ -466,6 +467,16 @@ def _shared_memory_over_limit(sch: Schedule, target: tvm.target.Target) -> str |
     return None
 
 
+@functools.lru_cache(maxsize=None)
+def _thread_buffer_lowering() -> tvm.transform.Pass:
+    """TVM's lowering as far as a thread's buffers are allocated (built once, applied per config)."""
+    return tvm.transform.Sequential([
+        s_tir_transform.LowerInitBlock(), s_tir_transform.PlanAndUpdateBufferAllocationLocation(),
+        s_tir_transform.ConvertBlocksToOpaque(), s_tir_transform.CompactBufferAllocation(),
+        s_tir_transform.LowerOpaqueBlock(), tvm.tirx.transform.FlattenBuffer(), s_tir_transform.InjectVirtualThread(),
+    ])
+
+
 def _local_memory_over_registers(mod: tvm.IRModule) -> str | None:
     """Why a postprocessed GPU program's threads cannot keep their own buffers (scope ``local``:
     a multi-level tiling's sums, once per virtual thread) in registers, or None: more 32-bit words
@@ -473,13 +484,8 @@ def _local_memory_over_registers(mod: tvm.IRModule) -> str | None:
     stack frame for it), where every sum is a load and a store; nvcc also takes longest over
     such kernels. The buffers are counted as TVM's lowering allocates them (compacted to a
     thread's region, virtual threads injected), which is what the CUDA source declares."""
-    passes = tvm.transform.Sequential([
-        s_tir_transform.LowerInitBlock(), s_tir_transform.PlanAndUpdateBufferAllocationLocation(),
-        s_tir_transform.ConvertBlocksToOpaque(), s_tir_transform.CompactBufferAllocation(),
-        s_tir_transform.LowerOpaqueBlock(), tvm.tirx.transform.FlattenBuffer(), s_tir_transform.InjectVirtualThread(),
-    ])
     try:
-        lowered = passes(mod)
+        lowered = _thread_buffer_lowering()(mod)
     except Exception:  # TVM's lowering stops on it: the build says why, as a failed trial
         return None
     words = sum(int(scopes.get("local", 0)) for scopes in calculate_allocated_bytes(lowered).values()) // 4
