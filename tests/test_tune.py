@@ -234,3 +234,32 @@ def test_a_start_that_failed_is_left_to_the_next_job():
     finally:
         pool.close()
         cloudpickle.unregister_pickle_by_value(module)
+
+
+def test_a_ctrl_c_as_the_workers_start_leaves_ctrl_c_working(monkeypatch):
+    """The pool blocks SIGINT in this thread while it starts the workers (they inherit the mask).
+    Python runs a pending Ctrl-C's handler as ``pthread_sigmask`` returns: a KeyboardInterrupt
+    raised as the block is set must still restore the mask, or the process stays deaf to Ctrl-C."""
+    import signal
+
+    from autotvm.measure.local import _Workers
+
+    real = signal.pthread_sigmask
+
+    def interrupted_as_it_blocks(how, mask):  # what CPython does when a SIGINT is pending
+        old = real(how, mask)
+        if how == signal.SIG_BLOCK and signal.SIGINT in set(mask):
+            raise KeyboardInterrupt
+        return old
+
+    before = real(signal.SIG_BLOCK, ())
+    monkeypatch.setattr(signal, "pthread_sigmask", interrupted_as_it_blocks)
+    pool = _Workers(1, timeout=10, max_uses=10)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            pool.start()
+        monkeypatch.setattr(signal, "pthread_sigmask", real)
+        assert real(signal.SIG_BLOCK, ()) == before
+    finally:
+        real(signal.SIG_SETMASK, before)
+        pool.close()

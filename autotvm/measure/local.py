@@ -68,11 +68,14 @@ class _Workers:
             self._executor = PopenPoolExecutor(**self._options)
             # the pool's threads, created by these first jobs, and the workers they start (and
             # restart) inherit this thread's blocked SIGINT: deaf to it from their first instruction
-            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            # (Python runs a pending Ctrl-C's handler as pthread_sigmask returns: the mask is read
+            # before the try, set within it, so that a KeyboardInterrupt there still restores it)
+            mask = signal.pthread_sigmask(signal.SIG_BLOCK, ())
             try:
+                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
                 self._starting = [self._executor.submit(_warm_up) for _ in range(self.n_workers)]
             finally:
-                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         if job:
             self._starting.append(self._executor.submit(*job))
 
