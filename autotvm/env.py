@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import inspect
 import math
 import os
@@ -260,21 +261,44 @@ def _cheap_stack(context: int = 1) -> list:
     return frames
 
 
-@functools.lru_cache(maxsize=None)
-def load_tensor_intrinsics() -> None:
-    """Import TVM's tensor intrinsics once per process, cheaply.
+INTRINSICS = "tvm.s_tir.tensor_intrin"  # TVM's tensor intrinsics: the package imports its CUDA module, then the CPUs'
+CPU_INTRINSICS = ("arm_cpu", "x86", "rocm", "hexagon", "riscv_cpu")  # what its ``__init__`` imports where LLVM is on
 
-    MetaSchedule's ``TuneContext`` imports them in its constructor; done naively that takes most
-    of a minute on a small machine because TVMScript's decorator calls ``inspect.stack()`` (which
-    reads source files) for every intrinsic; a frame-only stack does the same in seconds. Never
-    call this from a build worker: builds do not need the intrinsics.
+
+def load_tensor_intrinsics(target: Any = None) -> None:
+    """Import TVM's tensor intrinsics once per process, cheaply: for an LLVM ``target`` all but
+    the CUDA ones (the costliest to import, and no CPU sketch uses them); for any other target
+    (or none given) all of them.
+
+    MetaSchedule's ``TuneContext`` imports the package in its constructor; done naively that
+    takes most of a minute on a small machine because TVMScript's decorator calls
+    ``inspect.stack()`` (which reads source files) for every intrinsic; a frame-only stack does the
+    same in seconds. For a CPU the package is registered as imported without running its
+    ``__init__`` (so ``TuneContext``'s import finds it) and its CPU modules are imported, as that
+    ``__init__`` would; a later GPU target imports its CUDA module. Never call this from a build
+    worker: builds do not need the intrinsics.
     """
-    if "tvm.s_tir.tensor_intrin" in sys.modules:
+    _load_intrinsics(target is not None and make_target(target).kind.name == "llvm")
+
+
+@functools.lru_cache(maxsize=None)
+def _load_intrinsics(cpu_only: bool) -> None:
+    if f"{INTRINSICS}.cuda" in sys.modules:  # all of them: the package's own import, or a GPU target's
         return
     original = inspect.stack
     inspect.stack = _cheap_stack
     try:
-        importlib.import_module("tvm.s_tir.tensor_intrin")
+        if INTRINSICS not in sys.modules:
+            if not cpu_only:
+                importlib.import_module(INTRINSICS)
+                return
+            package = importlib.util.module_from_spec(importlib.util.find_spec(INTRINSICS))
+            sys.modules[INTRINSICS] = package
+            setattr(importlib.import_module("tvm.s_tir"), "tensor_intrin", package)
+        for name in CPU_INTRINSICS if tvm.runtime.enabled("llvm") else ():
+            importlib.import_module(f"{INTRINSICS}.{name}")
+        if not cpu_only:
+            importlib.import_module(f"{INTRINSICS}.cuda")
     finally:
         inspect.stack = original
 

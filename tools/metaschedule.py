@@ -62,10 +62,10 @@ def _space(target: Any) -> Any:
 def run_on_op(op: str, seed: int, trials: int, settings: TuningSettings, target: Any = "llvm") -> dict:
     """MetaSchedule's evolutionary search (``tune_tir``) on the operator workload ``op``, as a run
     record like ``tools.tuning.run_tuner``'s (no configs: its database does not name them)."""
-    load_tensor_intrinsics()
     from tvm.s_tir import meta_schedule as ms
 
     target = autotvm.make_target(target)
+    load_tensor_intrinsics(target)
     func = workload(op).tir()
     flop = float(tvm.s_tir.analysis.estimate_tir_flops(tvm.IRModule({"main": func})))
     use_runtime_threads(target)  # its runner's workers time with our runner's threads

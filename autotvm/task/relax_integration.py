@@ -268,8 +268,8 @@ def extract_from_program(mod: tvm.IRModule, target: Any, params: dict | None = N
     tasks, and so the records, differ).
     """
     check_program(mod, params)
-    load_tensor_intrinsics()
     target = make_target(target)
+    load_tensor_intrinsics(target)
     check_precision(precision, target)
     return _tasks_of(fuse_program(prepare_program(mod, params, conv_layout, conv_algorithm, precision), target),
                      target)
@@ -355,8 +355,8 @@ def build_program(mod: tvm.IRModule, target: Any, params: dict | None = None, co
     host, so that a profile sees each one).
     """
     check_program(mod, params)
-    load_tensor_intrinsics()
     target = make_target(target)
+    load_tensor_intrinsics(target)
     check_precision(precision, target)
     # prepared and fused once: the task lookup and the build share it
     fused = fused_program(mod, target, params, conv_layout, conv_algorithm, precision)

@@ -119,7 +119,7 @@ def tensor_core_space() -> Any:
 
 
 def _tune_context(mod: tvm.IRModule, target: tvm.target.Target) -> Any:
-    load_tensor_intrinsics()
+    load_tensor_intrinsics(target)
     from tvm.s_tir import meta_schedule as ms
 
     generator = "post-order-apply" if rules_kind(mod, target) is None else tensor_core_space()
