@@ -66,6 +66,7 @@ class _Workers:
     def _start(self, job: tuple = ()) -> None:  # the caller holds the lock
         if self._executor is None:
             self._executor = PopenPoolExecutor(**self._options)
+            _end_at_exit(self._executor)
             # the pool's threads, created by these first jobs, and the workers they start (and
             # restart) inherit this thread's blocked SIGINT: deaf to it from their first instruction
             # (Python runs a pending Ctrl-C's handler as pthread_sigmask returns: the mask is read
@@ -215,6 +216,30 @@ class LocalBuilder:
 
 def _warm_up() -> None:
     import tvm  # noqa: F401
+
+
+def _end_at_exit(executor: PopenPoolExecutor) -> None:
+    """As the process exits, before Python joins its threads (the hook ``concurrent.futures``
+    uses), cancel ``executor``'s queued jobs and kill its workers: a thread waits on each worker
+    in a job, so an exit (a Ctrl-C in a tune's first seconds) would otherwise wait for the workers
+    still importing TVM, and a queued job would start one again. ``close`` ends the pool later,
+    as before."""
+    ref = weakref.ref(executor)
+
+    def end() -> None:
+        pool = ref()
+        threads = getattr(pool, "_threadpool", None)
+        if threads is not None:  # queued jobs (a worker's start, the device's opening) would start workers again
+            threads.shutdown(wait=False, cancel_futures=True)
+        for worker in list(getattr(pool, "_worker_map", {}).values()):
+            proc = getattr(worker, "_proc", None)
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+
+    try:
+        threading._register_atexit(end)  # type: ignore[attr-defined]
+    except (AttributeError, RuntimeError):  # another Python, or the process is already exiting
+        pass
 
 
 class LocalRunner:
