@@ -137,6 +137,18 @@ def test_configs_that_share_a_save_name_keep_each_others_benchmark(tmp_path):
         assert (tmp_path / "out" / f"t-{model}-benchmark.png").stat().st_size > 5000
 
 
+def test_a_benchmark_with_no_variant_ready_says_so(tmp_path, capsys):
+    """Only tvm-tuned asked for and no records yet: its note, then one line for the model, no empty timing."""
+    from tools.benchmark import benchmark_models
+    from tools.config import load_config
+
+    path, _ = tiny_config(tmp_path)
+    assert benchmark_models(load_config(path, ['run_settings.variants=["tvm-tuned"]'])) == []
+    out = capsys.readouterr().out
+    assert "note: mm: tvm-tuned skipped: no records at" in out and "run -m=tune first" in out
+    assert "== mm: no variant to time (each one's note above says why)" in out and "timing" not in out
+
+
 def test_experiment_writes_runs_summary_and_plots(tmp_path):
     path, config = tiny_config(tmp_path)
     # a variant of a tuner: NAME@LABEL with its own options
@@ -216,6 +228,11 @@ def test_unknown_method():
 
 def test_missing_config_file(tmp_path):
     _bad(driver("-m=tune", f"-c={tmp_path / 'nope.json'}"), "does not exist")
+    from autotvm import AutoTVMError
+    from tools.config import load_config
+
+    with pytest.raises(AutoTVMError, match="is a folder; pass a JSON file"):
+        load_config(str(tmp_path))
 
 
 def test_malformed_json_says_line_and_column(tmp_path):
@@ -226,8 +243,7 @@ def test_malformed_json_says_line_and_column(tmp_path):
 
 @pytest.mark.parametrize("override,words", [
     ({"autotuner_settings": {"trails": 3}}, ["autotuner_settings: unknown key 'trails'", "trials"]),
-    # checked when the model is made, not by the config loader
-    ({"models": [{"name": "x", "type": "op", "workload": "nope"}]}, ["nope", "c1"]),
+    ({"models": [{"name": "x", "type": "op", "workload": "nope"}]}, ["models.x.workload", "nope", "c1"]),
     ({"autotuner_settings": {"tuner_options": {"reward": "best"}}}, ["tuner_options.reward", "'best'", "improvement"]),
     ({"target": {"kind": "llvm", "mcpu": "notacpu"}}, ["mcpu 'notacpu'"]),
     ({"models": [{"name": "x", "type": "op", "workload": "r3x3", "conv_layout": "NCHW", "conv_algorithm": "winograd"}]},
@@ -250,7 +266,7 @@ def test_pretrained_without_weights(tmp_path):
     config = {"models": [{"name": "r", "type": "hf", "model": "resnet-18", "pretrained": True,
                           "path": str(tmp_path / "none")}],
               "autotuner_settings": {"save_path": str(tmp_path)}}
-    _bad(driver("-m=tune", "-c=" + json.dumps(config)), "pretrained", "path")
+    _bad(driver("-m=tune", "-c=" + json.dumps(config)), "models.r.path", "pretrained", "none")
 
 
 def test_ctrl_c_leaves_a_valid_log_and_rerun_resumes(tmp_path):
@@ -364,6 +380,12 @@ def test_cuda_without_a_gpu_is_one_line_for_tune_benchmark_and_experiment(tmp_pa
     ({"run_settings": {"precision": "int4"}}, ["run_settings.precision", "'int4'", "float32"]),
     ({"autotuner_settings": {"rounds_in_flight": 2}}, ["rounds_in_flight", "needs a CUDA target", "'llvm'"]),
     ({"autotuner_settings": {"rounds_in_flight": 0}}, ["autotuner_settings.rounds_in_flight", "0"]),
+    # what a model names, before anything loads
+    ({"models": [{"name": "mm65", "type": "op"}]}, ["models.mm65.workload", "'mm65'", "mm64"]),
+    ({"models": [{"name": "x", "type": "torch", "model": "cnnn"}]}, ["models.x.model", "'cnnn'", "cnn"]),
+    ({"models": [{"name": "x", "type": "torch"}]}, ["models.x.model", "missing", "mlp"]),
+    ({"models": [{"name": "r", "type": "hf", "model": "resnet-18", "pretrained": True}]},
+     ["models.r.path", "pretrained weights need a local folder", "None"]),
     ({"target": {"kind": "llvm", "mcpu": "znver3"}, "run_settings": {"precision": "bfloat16"}},
      ["run_settings.precision", "AVX512-BF16", "'znver3'"]),
 ])

@@ -88,6 +88,9 @@ def _benchmark_model(spec: ModelSpec, config: Config, target: Any, where: Placem
                   + f" (max error {checks[variant]['max_rel_error']:.3g} of the output's scale, cosine "
                   f"{checks[variant]['cosine']:.5f})")
         runtimes.append(runtime)
+    if not runtimes:
+        print(f"== {spec.name}: no variant to time (each one's note above says why)", flush=True)
+        return []
     print(f"== {spec.name}: model loaded in {loaded:.1f} s; each variant ready (built or compiled, and checked) in: "
           + ", ".join(f"{variant} {seconds:.1f} s" for variant, seconds in ready.items()), flush=True)
     print(f"== {spec.name}: timing {', '.join(rt.variant for rt in runtimes)} in {run.repeat} interleaved rounds",

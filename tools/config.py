@@ -22,7 +22,7 @@ from autotvm.env import host_cores, make_target
 from autotvm.task.relax_integration import CONV_ALGORITHMS, CONV_LAYOUTS, PRECISIONS, check_precision
 
 from .experiments import EXPERIMENTS
-from .models import HF_MODELS, MODEL_TYPES
+from .models import HF_MODELS, MODEL_TYPES, TORCH_MODELS, ModelSpec, pretrained_path
 from .runtimes import VARIANTS
 from .settings import Config
 from .tuners import TUNER_OPTIONS, TUNER_RULES, TUNERS, base_tuner
@@ -192,7 +192,8 @@ def load_config(arg: str, overrides: list[str] = ()) -> Config:
         data = parse_json(arg, "the inline config")
     else:
         if not os.path.isfile(arg):
-            raise AutoTVMError(f"config file {arg!r} does not exist; pass a JSON file or inline JSON with -c")
+            raise AutoTVMError(f"config file {arg!r} {'is a folder' if os.path.isdir(arg) else 'does not exist'}; "
+                               "pass a JSON file or inline JSON with -c")
         with open(arg, encoding="utf-8") as handle:
             data = parse_json(handle.read(), f"config file {arg!r}")
     for item in overrides:
@@ -203,12 +204,7 @@ def load_config(arg: str, overrides: list[str] = ()) -> Config:
         best = jsonschema.exceptions.best_match(errors)
         raise AutoTVMError(_explain(best))
     for spec in data.get("models", []):
-        if spec["type"] == "hf" and spec.get("model") not in HF_MODELS:
-            raise AutoTVMError(f"config key models.{spec['name']}.model: {spec.get('model')!r} is not allowed; "
-                              f"allowed: {', '.join(HF_MODELS)}")
-        if spec.get("conv_algorithm") == "winograd" and spec.get("conv_layout") == "NCHW":
-            raise AutoTVMError(f"config key models.{spec['name']}.conv_algorithm: 'winograd' needs conv_layout "
-                              "'NHWC' or 'auto', not 'NCHW'")
+        _check_model(spec)
     _DefaultFillingValidator(SCHEMA).validate(data)
     _check_precision(data)
     _check_rounds_in_flight(data)
@@ -217,6 +213,23 @@ def load_config(arg: str, overrides: list[str] = ()) -> Config:
                          "experiments.tuner_options")
     _check_experiment_models(data)
     return Config.from_dict(data)
+
+
+def _check_model(spec: dict) -> None:
+    """What a model spec names, checked before anything loads or starts: its op workload, torch or
+    Hugging Face model, pretrained weights' folder, and a convolution algorithm its layout allows."""
+    key = f"config key models.{spec['name']}"
+    names = {"op": ("workload", WORKLOADS), "torch": ("model", TORCH_MODELS), "hf": ("model", HF_MODELS)}
+    if spec["type"] in names:
+        field, allowed = names[spec["type"]]
+        value = spec.get(field) or (spec["name"] if spec["type"] == "op" else None)  # an op's name is its workload
+        if value not in allowed:
+            raise AutoTVMError(f"{key}.{field}: {'missing' if value is None else repr(value) + ' is not allowed'}; "
+                               f"allowed: {', '.join(allowed)}")
+    if spec["type"] == "hf" and spec.get("pretrained"):
+        pretrained_path(ModelSpec.of(spec), f"{key}.path")
+    if spec.get("conv_algorithm") == "winograd" and spec.get("conv_layout") == "NCHW":
+        raise AutoTVMError(f"{key}.conv_algorithm: 'winograd' needs conv_layout 'NHWC' or 'auto', not 'NCHW'")
 
 
 def _override(data: dict, item: str) -> None:

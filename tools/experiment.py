@@ -11,6 +11,7 @@ import autotvm
 
 from .experiments import EXPERIMENTS, format_headroom, format_throughput
 from .model_tuners import format_model_table
+from .saved_runs import check_previous_results_dir
 from .settings import Config
 from .stats import format_table
 
@@ -22,6 +23,7 @@ MODEL_OUTPUTS = {"model_tuners": (format_model_table, "curves.png, bars.png; tab
 
 
 def run_experiments(config: Config) -> dict[str, Any]:
+    check_previous_results_dir(config.experiments.previous_results_dir)  # before the workers start
     option = config.autotuner_settings.measure_option(config.target)
     # the workers started and the device opened before the first run: no run pays for them
     option["builder"].start(wait=True)

@@ -21,6 +21,7 @@ from autotvm.checks import AutoTVMError
 from .workloads import WORKLOADS
 
 MODEL_TYPES = ("op", "torch", "hf", "torchvision")
+TORCH_MODELS = ("transformer", "mlp", "cnn")  # the small models of type "torch" (``_torch_models``)
 
 
 @dataclass(frozen=True)
@@ -171,16 +172,23 @@ def _hf_model(spec: ModelSpec) -> tuple:
     else:
         raise AutoTVMError(f"unknown Hugging Face model {name!r}; allowed: {', '.join(HF_MODELS)}")
     if spec.pretrained:
-        path = spec.path or _default_pretrained_path(name)
-        if not path or not os.path.isdir(path):
-            raise AutoTVMError(f"model {spec.name!r}: pretrained weights need a local folder in 'path' "
-                               f"(got {path!r}); there is no network to download them")
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        model = cls.from_pretrained(path)
+        model = cls.from_pretrained(pretrained_path(spec))
     else:
         torch.manual_seed(spec.seed)
         model = cls(config)
     return model, inputs
+
+
+def pretrained_path(spec: ModelSpec, key: str | None = None) -> str:
+    """The local folder of a pretrained Hugging Face model's weights: its ``path``, else the
+    shipped MiniLM's; an ``AutoTVMError`` where there is none (nothing is downloaded), its line
+    starting with ``key`` (default: the model's name)."""
+    path = spec.path or _default_pretrained_path(spec.model or "")
+    if not path or not os.path.isdir(path):
+        raise AutoTVMError(f"{key or f'model {spec.name!r}'}: pretrained weights need a local folder in 'path' "
+                           f"(got {path!r}); there is no network to download them")
+    return path
 
 
 def _default_pretrained_path(name: str) -> str | None:
@@ -221,11 +229,10 @@ def load_model(spec: ModelSpec | dict) -> Model:
         torch.manual_seed(0)
         module, inputs = WORKLOADS[op].torch()
     elif spec.type == "torch":
-        models = _torch_models()
-        if spec.model not in models:
-            raise AutoTVMError(f"model {spec.name!r}: unknown torch model {spec.model!r}; allowed: {', '.join(models)}")
+        if spec.model not in TORCH_MODELS:
+            raise AutoTVMError(f"model {spec.name!r}: unknown torch model {spec.model!r}; allowed: {', '.join(TORCH_MODELS)}")
         torch.manual_seed(spec.seed)
-        module, inputs = models[spec.model](spec)
+        module, inputs = _torch_models()[spec.model](spec)
     elif spec.type == "hf":
         module, inputs = _hf_model(spec)
     elif spec.type == "torchvision":

@@ -15,6 +15,14 @@ from .settings import Config
 Result = tuple[list[dict], list[str]]  # an experiment's summary rows and its ratio lines
 
 
+def check_previous_results_dir(directory: str | None) -> None:
+    """An earlier experiment's folder (``experiments.previous_results_dir``) must exist: a wrong
+    path would silently run every run again."""
+    if directory and not os.path.isdir(directory):
+        raise AutoTVMError(f"config key experiments.previous_results_dir: {directory!r} is not a folder; give the "
+                           "folder of an earlier experiment's outputs (<save_path>/<save_name>)")
+
+
 class SavedRuns:
     """Runs keyed by (what was tuned, label, seed, trial budget); ``unit`` names what was tuned
     (an operator workload, or a model)."""
@@ -32,9 +40,7 @@ class SavedRuns:
     def _load_previous(self, directory: str | None) -> dict:
         if not directory:
             return {}
-        if not os.path.isdir(directory):  # a wrong path would silently re-run every run
-            raise AutoTVMError(f"config key experiments.previous_results_dir: {directory!r} is not a folder; give the "
-                              "folder of an earlier experiment's outputs (<save_path>/<save_name>)")
+        check_previous_results_dir(directory)
         path = os.path.join(directory, self.name, "runs.json")
         if not os.path.exists(path):
             path = os.path.join(directory, "runs.json")
