@@ -105,16 +105,24 @@ def test_cpu_cache_flush_measures_cold_runs(builder):
     cold_runner = load_config(json.dumps({"autotuner_settings": settings})).autotuner_settings.measure_option()["runner"]
     assert cold_runner.enable_cpu_cache_flush
     warm_runner = autotvm.LocalRunner(number=1, repeat=7, timeout=10)
+    timings = []
     try:
         inputs = [autotvm.MeasureInput(task.target, task, task.config_space.get(0))]
-        cold = cold_runner.run(inputs, builder.build(inputs))[0]  # a run consumes its build
-        cold_runner.close()  # its worker's threads would spin on the cores the warm runs need
-        warm = warm_runner.run(inputs, builder.build(inputs))[0]
+        # another test's process can slow every warm repeat of a pass (its memory traffic evicting
+        # the table), which only lowers the ratio: up to three passes, where a flush that did
+        # nothing would read about 1x in each
+        for _ in range(3):
+            cold = cold_runner.run(inputs, builder.build(inputs))[0]  # a run consumes its build
+            cold_runner.close()  # its worker's threads would spin on the cores the warm runs need
+            warm = warm_runner.run(inputs, builder.build(inputs))[0]
+            assert cold.error_no == 0 and warm.error_no == 0
+            timings.append((cold.costs, warm.costs))
+            if min(cold.costs) > 3 * min(warm.costs):
+                break
     finally:
         cold_runner.close()
         warm_runner.close()
-    assert cold.error_no == 0 and warm.error_no == 0
-    assert min(cold.costs) > 3 * min(warm.costs), (cold.costs, warm.costs)
+    assert min(cold.costs) > 3 * min(warm.costs), timings
 
 
 def _worker_threads() -> int:
