@@ -42,7 +42,8 @@ def _first_line(err: BaseException) -> str:
 
 
 # a worker's Python: TVM's worker loop, with PyTorch kept out. ``tvm_ffi`` imports PyTorch where
-# it can, which is most of a worker's start (and of its memory), and no build or run needs it.
+# it can, which is most of a worker's start (and of its memory), and no build or run needs it
+# (``_lean_workers`` says where)
 _WORKER_MAIN = "import sys; sys.modules['torch'] = None; from tvm.exec.popen_worker import main; main()"
 
 
@@ -61,6 +62,16 @@ class _LeanWorker(PopenWorker):
         os.close(worker_write)
         self._reader = os.fdopen(main_read, "rb")
         self._writer = os.fdopen(main_write, "wb")
+
+
+def _lean_workers() -> bool:
+    """Whether workers start without PyTorch (``_LeanWorker``): where TVM has no CUDA runtime in
+    this process. Where it has one, it may have found the CUDA runtime library among those PyTorch
+    loaded (a GPU host whose CUDA comes with PyTorch's wheels), which a worker without PyTorch
+    would lack: there workers start as TVM starts them."""
+    import tvm.base
+
+    return "tvm_runtime_cuda" not in getattr(tvm.base, "_LOADED_LIBS", {"tvm_runtime_cuda": None})
 
 
 class _LeanPool(PopenPoolExecutor):
@@ -103,7 +114,7 @@ class _Workers:
 
     def _start(self, job: tuple = ()) -> None:  # the caller holds the lock
         if self._executor is None:
-            self._executor = _LeanPool(**self._options)
+            self._executor = (_LeanPool if _lean_workers() else PopenPoolExecutor)(**self._options)
             _end_at_exit(self._executor)
             # the pool's threads, created by these first jobs, and the workers they start (and
             # restart) inherit this thread's blocked SIGINT: deaf to it from their first instruction
