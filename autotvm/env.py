@@ -12,6 +12,7 @@ import importlib.util
 import inspect
 import math
 import os
+import platform
 import sys
 from typing import Any
 
@@ -266,38 +267,52 @@ CPU_INTRINSICS = ("arm_cpu", "x86", "rocm", "hexagon", "riscv_cpu")  # what its 
 
 
 def load_tensor_intrinsics(target: Any = None) -> None:
-    """Import TVM's tensor intrinsics once per process, cheaply: for an LLVM ``target`` all but
-    the CUDA ones (the costliest to import, and no CPU sketch uses them); for any other target
-    (or none given) all of them.
+    """Import TVM's tensor intrinsics once per process, cheaply: for an LLVM ``target`` only its
+    CPU architecture's (``_cpu_intrinsics``: no CPU sketch uses another's, and the CUDA ones are
+    the costliest to import); for any other target (or none given) all of them.
 
     MetaSchedule's ``TuneContext`` imports the package in its constructor; done naively that
     takes most of a minute on a small machine because TVMScript's decorator calls
     ``inspect.stack()`` (which reads source files) for every intrinsic; a frame-only stack does the
     same in seconds. For a CPU the package is registered as imported without running its
-    ``__init__`` (so ``TuneContext``'s import finds it) and its CPU modules are imported, as that
-    ``__init__`` would; a later GPU target imports its CUDA module. Never call this from a build
-    worker: builds do not need the intrinsics.
+    ``__init__`` (so ``TuneContext``'s import finds it) and the architecture's module is imported;
+    a later target imports what it needs beside them. Never call this from a build worker: builds
+    do not need the intrinsics.
     """
-    _load_intrinsics(target is not None and make_target(target).kind.name == "llvm")
+    target = None if target is None else make_target(target)
+    _load_intrinsics(_cpu_intrinsics(target) if target is not None and target.kind.name == "llvm" else None)
+
+
+def _cpu_intrinsics(target: tvm.target.Target) -> tuple[str, ...]:
+    """The modules of TVM's CPU tensor intrinsics that an LLVM target's sketches can use: its
+    architecture's, by its ``mtriple`` or else this machine's (all of them for an architecture
+    not named here)."""
+    arch = (str(target.attrs.get("mtriple", "")) or platform.machine()).split("-")[0].lower()
+    for prefixes, module in ((("x86", "amd64", "i386", "i686"), "x86"), (("aarch64", "arm"), "arm_cpu"),
+                             (("riscv",), "riscv_cpu")):
+        if arch.startswith(prefixes):
+            return (module,)
+    return CPU_INTRINSICS
 
 
 @functools.lru_cache(maxsize=None)
-def _load_intrinsics(cpu_only: bool) -> None:
+def _load_intrinsics(cpu: tuple[str, ...] | None) -> None:
+    """``cpu``: the CPU modules to import, the package's ``__init__`` left out; None: all of it."""
     if f"{INTRINSICS}.cuda" in sys.modules:  # all of them: the package's own import, or a GPU target's
         return
     original = inspect.stack
     inspect.stack = _cheap_stack
     try:
         if INTRINSICS not in sys.modules:
-            if not cpu_only:
+            if cpu is None:
                 importlib.import_module(INTRINSICS)
                 return
             package = importlib.util.module_from_spec(importlib.util.find_spec(INTRINSICS))
             sys.modules[INTRINSICS] = package
             setattr(importlib.import_module("tvm.s_tir"), "tensor_intrin", package)
-        for name in CPU_INTRINSICS if tvm.runtime.enabled("llvm") else ():
+        for name in (CPU_INTRINSICS if cpu is None else cpu) if tvm.runtime.enabled("llvm") else ():
             importlib.import_module(f"{INTRINSICS}.{name}")
-        if not cpu_only:
+        if cpu is None:
             importlib.import_module(f"{INTRINSICS}.cuda")
     finally:
         inspect.stack = original

@@ -119,19 +119,22 @@ def matmul(dtype):
     c = te.compute((64, 64), lambda i, j: te.sum(a[i, r].astype("float32") * b[r, j].astype("float32"), axis=r))
     return te.create_prim_func([a, b, c])
 
+loaded = lambda name: name if f"tvm.s_tir.tensor_intrin.{name}" in sys.modules else "no-" + name
 autotvm.task.create_from_primfunc(matmul("float32"), "llvm", name="cpu")
-print("cuda" if "tvm.s_tir.tensor_intrin.cuda" in sys.modules else "no-cuda", TensorIntrin.get("dot_16x4_vnni") is not None)
+print(loaded("cuda"), loaded("arm_cpu"), TensorIntrin.get("dot_16x4_vnni") is not None)
+autotvm.task.create_from_primfunc(matmul("float32"), {"kind": "llvm", "mtriple": "aarch64-linux-gnu"}, name="arm")
+print(loaded("cuda"), loaded("arm_cpu"))
 task = autotvm.task.create_from_primfunc(matmul("float16"), {"kind": "cuda", "arch": "sm_90"}, name="gpu")
-print("cuda" if "tvm.s_tir.tensor_intrin.cuda" in sys.modules else "no-cuda",
-      TensorIntrin.get("wmma_sync_16x16x16_f16f16f32") is not None, len(task.config_space) > 0)
+print(loaded("cuda"), TensorIntrin.get("wmma_sync_16x16x16_f16f16f32") is not None, len(task.config_space) > 0)
 """
 
 
 def test_a_cpu_task_loads_the_cpu_intrinsics_and_a_gpu_task_the_cuda_ones(tmp_path):
-    """A CPU tune never imports TVM's CUDA tensor intrinsics (the costliest to import); its
-    MetaSchedule context finds the CPU ones (x86's VNNI among them), and a GPU task later in the
-    same process gets the CUDA ones for its tensor-core sketches."""
+    """A CPU tune imports only its architecture's tensor intrinsics, never the CUDA ones (the
+    costliest to import): on an x86 machine its MetaSchedule context finds x86's (VNNI among them);
+    an ARM target's task later in the process gets ARM's, and a GPU task the CUDA ones for its
+    tensor-core sketches."""
     out = subprocess.run([sys.executable, "-c", _INTRINSICS_BY_TARGET], capture_output=True, text=True, cwd=ROOT,
                          timeout=300, env={**os.environ, "PYTHONPATH": ROOT, "AUTOTVM_CACHE_DIR": str(tmp_path)})
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == ["no-cuda", "True", "cuda", "True", "True"], out.stdout
+    assert out.stdout.split() == ["no-cuda", "no-arm_cpu", "True", "no-cuda", "arm_cpu", "cuda", "True", "True"], out.stdout

@@ -192,6 +192,18 @@ def test_a_tune_starts_its_workers_while_the_model_loads():
         builder.close()
 
 
+def test_the_workers_leave_pytorch_out(measure_opt):
+    """Where TVM has no CUDA runtime (which may rest on the CUDA libraries PyTorch loads), a build
+    or run worker never imports PyTorch (TVM's FFI would, where it can): half a worker's memory
+    and most of its start."""
+    import tvm.base
+
+    cuda_runtime = "tvm_runtime_cuda" in tvm.base._LOADED_LIBS
+    for pool in (measure_opt["builder"], measure_opt["runner"]):
+        job = pool.executor.submit(lambda: __import__("sys").modules.get("torch") is not None)
+        assert job.result() is cuda_runtime
+
+
 def test_a_configs_cost_leaves_out_the_workers_start():
     """The workers' start (each imports TVM; 16 at once on a GPU host take longest) is not the
     cost of the config whose build and run happened to start them (the record's ``all_cost``)."""

@@ -14,13 +14,15 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
+import sys
 import tempfile
 import threading
 import time
 import weakref
 from typing import Any, Sequence
 
-from tvm.support.popen_pool import PopenPoolExecutor
+from tvm.support.popen_pool import PopenPoolExecutor, PopenWorker
 
 from ..checks import AutoTVMError, check, check_int, check_number, integer, text
 from ..env import device_exists, device_of, host_cores, runtime_threads
@@ -37,6 +39,53 @@ def _first_line(err: BaseException) -> str:
     lines = [ln for ln in text.splitlines() if ln.strip()]
     # TVM errors end with the useful line; Python ones start with it
     return f"{type(err).__name__}: {lines[-1] if lines else ''}"[:2000]
+
+
+# a worker's Python: TVM's worker loop, with PyTorch kept out. ``tvm_ffi`` imports PyTorch where
+# it can, which is most of a worker's start (and of its memory), and no build or run needs it
+# (``_lean_workers`` says where)
+_WORKER_MAIN = "import sys; sys.modules['torch'] = None; from tvm.exec.popen_worker import main; main()"
+
+
+class _LeanWorker(PopenWorker):
+    """TVM's ``PopenWorker`` (Linux), its process started by ``_WORKER_MAIN`` rather than
+    ``python -m tvm.exec.popen_worker``: the same loop and pipes, without PyTorch."""
+
+    def _start(self) -> None:
+        if self._proc is not None:
+            return
+        main_read, worker_write = os.pipe()
+        worker_read, main_write = os.pipe()
+        self._proc = subprocess.Popen([sys.executable, "-c", _WORKER_MAIN, str(worker_read), str(worker_write)],
+                                      pass_fds=(worker_read, worker_write), stdout=self._stdout, stderr=self._stderr)
+        os.close(worker_read)
+        os.close(worker_write)
+        self._reader = os.fdopen(main_read, "rb")
+        self._writer = os.fdopen(main_write, "wb")
+
+
+def _lean_workers() -> bool:
+    """Whether workers start without PyTorch (``_LeanWorker``): where TVM has no CUDA runtime in
+    this process. Where it has one, it may have found the CUDA runtime library among those PyTorch
+    loaded (a GPU host whose CUDA comes with PyTorch's wheels), which a worker without PyTorch
+    would lack: there workers start as TVM starts them."""
+    import tvm.base
+
+    return "tvm_runtime_cuda" not in getattr(tvm.base, "_LOADED_LIBS", {"tvm_runtime_cuda": None})
+
+
+class _LeanPool(PopenPoolExecutor):
+    """TVM's ``PopenPoolExecutor`` whose workers are ``_LeanWorker``s (one a thread of its pool,
+    as TVM's)."""
+
+    def _worker_run(self, fn: Any, args: Any, kwargs: Any) -> Any:
+        with self._lock:
+            worker = self._worker_map.get(threading.get_ident())
+            if worker is None:
+                worker = self._worker_map[threading.get_ident()] = _LeanWorker(
+                    self._initializer, self._initargs, self._maximum_process_uses, self._stdout, self._stderr)
+        worker.send(fn, args, kwargs, self._timeout)
+        return worker.recv()
 
 
 class _Workers:
@@ -65,7 +114,7 @@ class _Workers:
 
     def _start(self, job: tuple = ()) -> None:  # the caller holds the lock
         if self._executor is None:
-            self._executor = PopenPoolExecutor(**self._options)
+            self._executor = (_LeanPool if _lean_workers() else PopenPoolExecutor)(**self._options)
             _end_at_exit(self._executor)
             # the pool's threads, created by these first jobs, and the workers they start (and
             # restart) inherit this thread's blocked SIGINT: deaf to it from their first instruction
