@@ -283,3 +283,31 @@ def test_a_ctrl_c_as_the_workers_start_leaves_ctrl_c_working(monkeypatch):
     finally:
         real(signal.SIG_SETMASK, before)
         pool.close()
+
+
+
+def test_no_worker_starts_once_the_process_exits(monkeypatch):
+    """Once the exit has begun (``_end_at_exit``: a Ctrl-C in a tune's first second), a pool's
+    thread that was about to start its worker does not: Python joins that thread, which would
+    wait for the worker's import of TVM. A worker starting as the exit begins is already in its
+    pool's map, and killed (the start and the exit take the same lock)."""
+    import subprocess
+
+    from autotvm.measure import local
+
+    started = []
+
+    def popen(*args, **kwargs):
+        started.append(args)
+        raise OSError("a worker started")
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    monkeypatch.setattr(local, "_exiting", True)
+    pool = local._Workers(1, timeout=10, max_uses=10)
+    try:
+        pool.start()
+        with pytest.raises(ChildProcessError, match="exiting"):
+            pool.executor.submit(_worker_threads).result()
+        assert not started
+    finally:
+        pool.close()

@@ -41,23 +41,38 @@ def _first_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {lines[-1] if lines else ''}"[:2000]
 
 
-# a worker's Python: TVM's worker loop, with PyTorch kept out. ``tvm_ffi`` imports PyTorch where
-# it can, which is most of a worker's start (and of its memory), and no build or run needs it
-# (``_lean_workers`` says where)
+# a worker's Python where ``_lean_workers`` allows: TVM's worker loop with PyTorch kept out.
+# ``tvm_ffi`` imports PyTorch where it can, which is most of a worker's start (and of its
+# memory), and no build or run needs it
 _WORKER_MAIN = "import sys; sys.modules['torch'] = None; from tvm.exec.popen_worker import main; main()"
 
+# held while a worker's process starts; ``_end_at_exit`` takes it to mark the exit, after which
+# no worker starts (``_Worker._start``)
+_STARTS = threading.Lock()
+_exiting = False
 
-class _LeanWorker(PopenWorker):
-    """TVM's ``PopenWorker`` (Linux), its process started by ``_WORKER_MAIN`` rather than
-    ``python -m tvm.exec.popen_worker``: the same loop and pipes, without PyTorch."""
+
+class _Worker(PopenWorker):
+    """TVM's ``PopenWorker`` (Linux: the same loop and pipes), its process started without
+    PyTorch where ``lean`` (``_WORKER_MAIN``), and never once this process is exiting: a worker
+    started then would keep the exit waiting for its import of TVM."""
+
+    def __init__(self, *args: Any, lean: bool) -> None:
+        super().__init__(*args)
+        self._lean = lean
 
     def _start(self) -> None:
-        if self._proc is not None:
-            return
-        main_read, worker_write = os.pipe()
-        worker_read, main_write = os.pipe()
-        self._proc = subprocess.Popen([sys.executable, "-c", _WORKER_MAIN, str(worker_read), str(worker_write)],
-                                      pass_fds=(worker_read, worker_write), stdout=self._stdout, stderr=self._stderr)
+        with _STARTS:
+            if self._proc is not None:
+                return
+            if _exiting:
+                raise ChildProcessError("not started: the process is exiting")
+            main_read, worker_write = os.pipe()
+            worker_read, main_write = os.pipe()
+            python = ["-c", _WORKER_MAIN] if self._lean else ["-m", "tvm.exec.popen_worker"]
+            self._proc = subprocess.Popen([sys.executable, *python, str(worker_read), str(worker_write)],
+                                          pass_fds=(worker_read, worker_write), stdout=self._stdout,
+                                          stderr=self._stderr)
         os.close(worker_read)
         os.close(worker_write)
         self._reader = os.fdopen(main_read, "rb")
@@ -65,25 +80,29 @@ class _LeanWorker(PopenWorker):
 
 
 def _lean_workers() -> bool:
-    """Whether workers start without PyTorch (``_LeanWorker``): where TVM has no CUDA runtime in
-    this process. Where it has one, it may have found the CUDA runtime library among those PyTorch
-    loaded (a GPU host whose CUDA comes with PyTorch's wheels), which a worker without PyTorch
-    would lack: there workers start as TVM starts them."""
+    """Whether workers start without PyTorch: where TVM has no CUDA runtime in this process.
+    Where it has one, it may have found the CUDA runtime library among those PyTorch loaded (a GPU
+    host whose CUDA comes with PyTorch's wheels), which a worker without PyTorch would lack."""
     import tvm.base
 
     return "tvm_runtime_cuda" not in getattr(tvm.base, "_LOADED_LIBS", {"tvm_runtime_cuda": None})
 
 
-class _LeanPool(PopenPoolExecutor):
-    """TVM's ``PopenPoolExecutor`` whose workers are ``_LeanWorker``s (one a thread of its pool,
-    as TVM's)."""
+class _Pool(PopenPoolExecutor):
+    """TVM's ``PopenPoolExecutor`` whose workers are ``_Worker``s (one a thread of its pool, as
+    TVM's)."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self._lean = _lean_workers()
 
     def _worker_run(self, fn: Any, args: Any, kwargs: Any) -> Any:
         with self._lock:
             worker = self._worker_map.get(threading.get_ident())
             if worker is None:
-                worker = self._worker_map[threading.get_ident()] = _LeanWorker(
-                    self._initializer, self._initargs, self._maximum_process_uses, self._stdout, self._stderr)
+                worker = self._worker_map[threading.get_ident()] = _Worker(
+                    self._initializer, self._initargs, self._maximum_process_uses, self._stdout, self._stderr,
+                    lean=self._lean)
         worker.send(fn, args, kwargs, self._timeout)
         return worker.recv()
 
@@ -114,7 +133,7 @@ class _Workers:
 
     def _start(self, job: tuple = ()) -> None:  # the caller holds the lock
         if self._executor is None:
-            self._executor = (_LeanPool if _lean_workers() else PopenPoolExecutor)(**self._options)
+            self._executor = _Pool(**self._options)
             _end_at_exit(self._executor)
             # the pool's threads, created by these first jobs, and the workers they start (and
             # restart) inherit this thread's blocked SIGINT: deaf to it from their first instruction
@@ -271,11 +290,15 @@ def _end_at_exit(executor: PopenPoolExecutor) -> None:
     """As the process exits, before Python joins its threads (the hook ``concurrent.futures``
     uses), cancel ``executor``'s queued jobs and kill its workers: a thread waits on each worker
     in a job, so an exit (a Ctrl-C in a tune's first seconds) would otherwise wait for the workers
-    still importing TVM, and a queued job would start one again. ``close`` ends the pool later,
+    still importing TVM. From then on no worker starts (``_Worker``): a queued job, or one whose
+    thread was about to start its worker, would start one again. ``close`` ends the pool later,
     as before."""
     ref = weakref.ref(executor)
 
     def end() -> None:
+        global _exiting
+        with _STARTS:  # a worker starting now is in its pool's map once this returns; none starts after
+            _exiting = True
         pool = ref()
         threads = getattr(pool, "_threadpool", None)
         if threads is not None:  # queued jobs (a worker's start, the device's opening) would start workers again
