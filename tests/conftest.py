@@ -5,6 +5,7 @@ Worker processes import TVM once (~3 s); sharing the builder and runner keeps th
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 
@@ -92,6 +93,21 @@ def matmul_task():
 @pytest.fixture(scope="session")
 def template_task():
     return autotvm.task.create("test/matmul", (32, 32, 32), "llvm")
+
+
+@contextlib.contextmanager
+def one_runtime_thread():
+    """TVM's CPU thread pool in this process at one thread, then back to what it was. A parallel
+    kernel waits for all its threads, and TVM pins them to cores: where another process runs TVM's
+    threads on the same cores (the other test worker's tuning), each kernel can wait a scheduler
+    time slice for a thread, and a parallel model times many times slower than a serial one."""
+    threads = tvm.get_global_func("runtime.NumThreads")()
+    configure = tvm.get_global_func("runtime.config_threadpool")
+    configure(1, 1)  # 1: TVM's default affinity (the big cores)
+    try:
+        yield
+    finally:
+        configure(1, threads)
 
 
 def run_module(mod, target, arrays):

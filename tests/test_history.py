@@ -9,15 +9,17 @@ import autotvm
 from autotvm.record import best_by_workload, load_from_file
 from autotvm.tuner import RandomTuner
 
-from conftest import matmul_template
+from conftest import matmul_template, one_runtime_thread
 
 
 def _seconds(mod, target):
+    """``mod``'s median time on one thread (``one_runtime_thread``)."""
     lib = tvm.compile(mod, target=target)
     dev = tvm.cpu()
     args = [tvm.runtime.tensor(np.random.rand(*[int(x) for x in p.shape]).astype(p.dtype), dev)
             for p in mod["main"].params]
-    return lib.mod.time_evaluator("main", dev, number=20, repeat=5)(*args).median
+    with one_runtime_thread():
+        return lib.mod.time_evaluator("main", dev, number=20, repeat=5)(*args).median
 
 
 def test_apply_history_best_reproduces_best_and_is_faster(matmul_task, measure_opt, tmp_path):

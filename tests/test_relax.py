@@ -1,7 +1,5 @@
 """A PyTorch model through torch.export -> Relax: extract tasks, tune, build with the best records."""
 
-import contextlib
-
 import numpy as np
 import pytest
 import torch
@@ -10,6 +8,7 @@ from tvm import relax
 
 import autotvm
 from autotvm.tuner import RandomTuner
+from conftest import one_runtime_thread
 
 
 class TwoLayer(torch.nn.Module):
@@ -50,24 +49,9 @@ def _run(exe, params, x):
     return _run_timed([exe], params, x, rounds=0)[0][0]
 
 
-@contextlib.contextmanager
-def _one_runtime_thread():
-    """TVM's CPU thread pool in this process at one thread, then back to what it was. A parallel
-    kernel waits for all its threads, and TVM pins them to cores: where another process runs TVM's
-    threads on the same cores (the other test worker's tuning), each kernel can wait a scheduler
-    time slice for a thread, and a parallel model times many times slower than a serial one."""
-    threads = tvm.get_global_func("runtime.NumThreads")()
-    configure = tvm.get_global_func("runtime.config_threadpool")
-    configure(1, 1)  # 1: TVM's default affinity (the big cores)
-    try:
-        yield
-    finally:
-        configure(1, threads)
-
-
 def _run_timed(exes, params, x, rounds=7):
     """Each executable's output and its fastest of ``rounds`` timings on one thread
-    (``_one_runtime_thread``), the executables timed in turn: another test's process on the cores
+    (``one_runtime_thread``), the executables timed in turn: another test's process on the cores
     only slows a timing down, and a burst of it slows one round of each, not every round of one."""
     args = [tvm.runtime.tensor(x)] + [tvm.runtime.tensor(p.numpy()) for p in params]
     vms = [relax.VirtualMachine(exe, tvm.cpu()) for exe in exes]
@@ -75,7 +59,7 @@ def _run_timed(exes, params, x, rounds=7):
     outs = [(out[0] if not hasattr(out, "numpy") else out).numpy() for out in outs]
     timers = [vm.time_evaluator("main", tvm.cpu(), number=10, repeat=1) for vm in vms]
     times: list[list[float]] = [[] for _ in vms]
-    with _one_runtime_thread():
+    with one_runtime_thread():
         for _ in range(rounds):
             for timer, seconds in zip(timers, times):
                 seconds.append(timer(*args).mean)
