@@ -91,18 +91,25 @@ def host_cores() -> int:
     affinity allows (a cpuset: Slurm, Kubernetes, ``taskset``), capped by a cgroup CPU quota
     (``docker --cpus``); ``os.cpu_count()`` counts the whole machine's."""
     quota = cgroup_cpu_quota()
-    cores = len(_allowed_cpus())
+    cores = len(allowed_cpus())
     return max(1, min(cores, quota) if quota else cores)
 
 
-@functools.lru_cache(maxsize=None)
-def _allowed_cpus() -> frozenset:
-    """The CPUs this process's affinity allows (every CPU where the platform cannot say), read
-    once per process: TVM's CPU thread pool pins its threads, which changes the affinity read later."""
+def _read_allowed_cpus() -> frozenset:
     try:
         return frozenset(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not Linux
         return frozenset(range(os.cpu_count() or 1))
+
+
+_ALLOWED_CPUS = _read_allowed_cpus()
+
+
+def allowed_cpus() -> frozenset:
+    """The CPUs this process's affinity allows (every CPU where the platform cannot say), as read
+    when this module was imported: TVM's CPU thread pool pins the thread that starts it (to one
+    core, when it has one thread), which changes what that thread reads later."""
+    return _ALLOWED_CPUS
 
 
 def cgroup_cpu_quota(root: str = "/sys/fs/cgroup") -> int | None:
@@ -190,7 +197,7 @@ def use_runtime_threads(threads: Any) -> None:
     threads = check_int("threads", threads)
     if "TVM_NUM_THREADS" not in os.environ and "OMP_NUM_THREADS" not in os.environ:
         os.environ["TVM_NUM_THREADS"] = str(threads)
-    if len(_allowed_cpus()) < (os.cpu_count() or 1):
+    if len(allowed_cpus()) < (os.cpu_count() or 1):
         # TVM pins its threads across the whole machine, whatever this process was given
         # (``taskset``, ``numactl``): two jobs pinned apart would time kernels on the same cores
         os.environ.setdefault("TVM_BIND_THREADS", "0")

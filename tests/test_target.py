@@ -69,6 +69,35 @@ def test_tvms_threads_stay_on_the_cpus_the_process_was_given():
     assert out.stdout.split() == ["True"]
 
 
+_WORKERS_AFTER_A_KERNEL = """
+import os
+import psutil, tvm
+from tvm import te
+import autotvm
+tvm.get_global_func("runtime.NumThreads")()  # TVM's thread pool starts, of one thread: it pins this one
+a = te.placeholder((64, 64), name="a")
+task = autotvm.task.create_from_primfunc(te.create_prim_func([a, te.compute((64, 64), lambda i, j: a[i, j] * 2)]),
+                                         "llvm", name="double")
+builder = autotvm.LocalBuilder(n_parallel=2, timeout=20)
+builder.build([autotvm.MeasureInput(task.target, task, task.config_space.get(0))])
+print(len(os.sched_getaffinity(0)), *sorted(len(os.sched_getaffinity(c.pid)) for c in psutil.Process().children()))
+builder.close()
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs Linux's CPU affinity and 2 CPUs")
+def test_workers_get_every_cpu_after_tvm_pinned_the_tuning_thread():
+    """A process starts on the CPUs of the thread that starts it, and TVM's thread pool, started
+    with one thread, pins the thread that starts it to one core: a script that ran a kernel before
+    tuning would build and time on that one core. Workers start on every CPU the process was given."""
+    out = subprocess.run([sys.executable, "-c", _WORKERS_AFTER_A_KERNEL], capture_output=True, text=True, cwd=ROOT,
+                         timeout=120, env={**os.environ, "PYTHONPATH": ROOT, "TVM_NUM_THREADS": "1"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    cpus = str(len(os.sched_getaffinity(0)))
+    assert out.stdout.split() == ["1", cpus, cpus], out.stdout
+
+
 @pytest.mark.parametrize("files, cores", [
     ({"cpu.max": "150000 100000\n"}, 2),  # cgroup v2: 1.5 CPUs, rounded up
     ({"cpu.max": "max 100000\n"}, None),  # v2 without a quota

@@ -25,7 +25,7 @@ from typing import Any, Sequence
 from tvm.support.popen_pool import PopenPoolExecutor, PopenWorker
 
 from ..checks import AutoTVMError, check, check_int, check_number, integer, text
-from ..env import device_exists, device_of, host_cores, runtime_threads
+from ..env import allowed_cpus, device_exists, device_of, host_cores, runtime_threads
 from ..task.space import InstantiationError
 from . import workers
 from .measure import BuildResult, MeasureErrorNo, MeasureInput, MeasureResult, failed, full_disk_error
@@ -67,6 +67,11 @@ class _Worker(PopenWorker):
                 return
             if _exiting:
                 raise ChildProcessError("not started: the process is exiting")
+            # a process starts on its starting thread's CPUs, and TVM's thread pool pins the thread
+            # that starts it (to one core, when it has one thread): this thread, the pool's and
+            # running no kernel, takes every CPU the process was given back first
+            if hasattr(os, "sched_setaffinity"):
+                os.sched_setaffinity(0, allowed_cpus())
             main_read, worker_write = os.pipe()
             worker_read, main_write = os.pipe()
             python = ["-c", _WORKER_MAIN] if self._lean else ["-m", "tvm.exec.popen_worker"]
