@@ -29,6 +29,16 @@ def metaschedule_logger_propagates():
     logging.getLogger("tvm.s_tir.meta_schedule").propagate = True
 
 
+@pytest.fixture(autouse=True)
+def every_cpu():
+    """Each test starts on every CPU this process was given (``autotvm.env.allowed_cpus``): TVM's
+    thread pool, of one thread (its default on 2 cores), pins the thread that starts it to one
+    core, and the processes a later test starts would inherit that core (a benchmark's
+    ``host_cores`` read 1)."""
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, autotvm.env.allowed_cpus())
+
+
 @autotvm.template("test/matmul")
 def matmul_template(n: int, m: int, k: int):
     """A 2-level tiled matmul whose knobs are the tiles of i and j and an unroll choice."""
