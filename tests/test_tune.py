@@ -285,7 +285,6 @@ def test_a_ctrl_c_as_the_workers_start_leaves_ctrl_c_working(monkeypatch):
         pool.close()
 
 
-
 def test_no_worker_starts_once_the_process_exits(monkeypatch):
     """Once the exit has begun (``_end_at_exit``: a Ctrl-C in a tune's first second), a pool's
     thread that was about to start its worker does not: Python joins that thread, which would
