@@ -1,4 +1,5 @@
-"""Process-wide helpers for the TVM platform: target parsing and the one-off intrinsic import.
+"""Process-wide helpers for the TVM platform: target parsing, the CPUs and threads, the CUDA
+compiler, and the one-off intrinsic import.
 
 Kept in one place so that every layer above agrees on what a target is and so that the
 expensive import of TVM's tensor intrinsics happens at most once per process.
@@ -13,6 +14,7 @@ import inspect
 import math
 import os
 import platform
+import shutil
 import sys
 from typing import Any
 
@@ -257,6 +259,56 @@ def device_of(target: tvm.target.Target) -> str:
 def device_exists(target: tvm.target.Target) -> bool:
     """Whether this machine can run code built for ``target`` (a CUDA target needs a GPU here)."""
     return bool(tvm.device(device_of(target), 0).exist)
+
+
+def find_nvcc() -> str | None:
+    """nvcc on the PATH, in a CUDA toolkit where TVM looks for one (``CUDA_PATH``, ``CUDA_HOME``,
+    ``/usr/local/cuda``: a toolkit often stays off the PATH), or from NVIDIA's wheels (the
+    project's extra ``cuda``: ``nvidia/cu*/bin``)."""
+    import glob
+
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    roots = [os.environ.get("CUDA_PATH"), os.environ.get("CUDA_HOME"), "/usr/local/cuda"]
+    for root in filter(None, roots):
+        path = os.path.join(root, "bin", "nvcc")
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    try:
+        import nvidia  # the wheels' namespace package
+    except ImportError:
+        return None
+    candidates = [path for root in nvidia.__path__ for path in sorted(glob.glob(os.path.join(root, "cu*", "bin", "nvcc")))]
+    return next((path for path in reversed(candidates) if os.access(path, os.X_OK)), None)
+
+
+def cuda_compiler() -> str:
+    """The compiler TVM compiles this project's CUDA kernels with ("nvcc" or "NVRTC"): the one
+    ``TVM_CUDA_COMPILE_MODE`` names, else nvcc where ``find_nvcc`` finds it, else NVRTC (TVM's
+    default)."""
+    mode = os.environ.get("TVM_CUDA_COMPILE_MODE")
+    if mode:
+        return "nvcc" if mode == "nvcc" else "NVRTC"
+    return "nvcc" if find_nvcc() is not None else "NVRTC"
+
+
+def use_cuda_compiler() -> str:
+    """Make this process's TVM compile CUDA kernels with ``cuda_compiler()``; returns its name.
+
+    Every process that compiles the kernels a tune measures or a model ships calls it: the build
+    workers, the process that builds the model (``build_program``) and MetaSchedule's peer before
+    its workers start. The model then runs the machine code its tune measured: nvcc and NVRTC
+    compile the same kernel to different code (registers, sums kept in local memory; finding 11),
+    and TVM's own default is NVRTC. A ``TVM_CUDA_COMPILE_MODE`` of the user's stands."""
+    compiler = cuda_compiler()
+    nvcc = find_nvcc() if compiler == "nvcc" else None
+    if nvcc is not None:
+        if shutil.which("nvcc") != nvcc:  # TVM runs the nvcc on the PATH
+            os.environ["PATH"] = os.path.dirname(nvcc) + os.pathsep + os.environ.get("PATH", "")
+        if not os.environ.get("TVM_CUDA_COMPILE_MODE"):
+            os.environ["TVM_CUDA_COMPILE_MODE"] = "nvcc"
+    return compiler
 
 
 def _cheap_stack(context: int = 1) -> list:

@@ -50,7 +50,7 @@ def main() -> None:
 
     import autotvm
     from autotvm.env import host_cores
-    from autotvm.measure.workers import find_nvcc
+    from autotvm.env import find_nvcc
     from tools.config import load_config
     from tools.models import model_tasks
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from autotvm.env import host_cores
-from autotvm.measure.workers import find_nvcc
+from autotvm.env import find_nvcc
 from test_driver import ROOT, project_env, tiny_config
 
 
@@ -52,6 +52,25 @@ def test_the_cuda_build_benchmark_checks_and_builds_without_a_gpu(tmp_path):
     workers = min(4, host_cores())
     assert f"a batch of {workers} builds through the tune's builder on {workers} workers:" in result.stdout
     assert f"{workers} built (workers busy" in result.stdout, result.stdout[-2000:]
+
+
+def test_the_cuda_compiler_benchmark_compares_nvcc_and_nvrtc_or_names_what_it_needs(tmp_path):
+    """benchmarks/cuda_compilers.py: where nvcc, NVRTC (cuda-bindings) and cuobjdump are installed, a
+    CUDA model's kernel is compiled three ways and the code compared; elsewhere one line names what
+    is missing, without a traceback."""
+    config = json.dumps({"models": [{"name": "mlp", "type": "torch", "model": "mlp", "width": 64, "batch": 4}],
+                         "target": "cuda"})
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "cuda_compilers.py"), "--config", config,
+                             "--functions", "1", "--kernels", "2"],
+                            capture_output=True, text=True, cwd=tmp_path, env=project_env(), timeout=600)
+    if result.returncode == 0:
+        assert re.search(r"2 kernels compiled one after another on one core: mean \(median\) s, nvcc [\d.]+",
+                         result.stdout), result.stdout[-2000:]
+        assert re.search(r"nvcc's and NVRTC's code differ in \d of 2 kernels", result.stdout), result.stdout[-2000:]
+        assert "the precompiled header changes the machine code of 0" in result.stdout, result.stdout[-2000:]
+    else:
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: cuda_compilers.py needs "), result.stderr[-2000:]
 
 
 def test_ctrl_c_ends_with_one_line_the_table_so_far_and_whole_records(tmp_path):

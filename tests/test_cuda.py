@@ -8,7 +8,6 @@ import pytest
 import tvm
 
 import autotvm
-from autotvm.measure import workers
 from autotvm.tuner import RandomTuner, XGBTuner
 
 from conftest import matmul_primfunc
@@ -41,7 +40,7 @@ def test_tune_matmul_on_cuda(tuner_cls, tmp_path, cuda_measure):
     assert len(tuner.history) == 8
     # the build workers compiled the kernels (TVM's CUDA compiler callback, timed)
     assert 0 < builder.device_compile_seconds - before < builder.busy_seconds
-    assert builder.device_compiler == workers.cuda_compiler()  # the one the summary names
+    assert builder.device_compiler == autotvm.env.cuda_compiler()  # the one the summary names
     assert all(row["error_no"] == 0 for row in tuner.history), [row["error_no"] for row in tuner.history]
     assert tuner.best_flops > 20e9  # 33.5 MFLOP in under 1.7 ms: a GPU kernel, not an unscheduled host loop
 

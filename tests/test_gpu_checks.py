@@ -21,6 +21,7 @@ from autotvm.measure.measure import MeasureInput, MeasureResult
 from tools.tuners import make_tuner
 
 from conftest import matmul_primfunc
+from test_driver import ROOT
 
 HAS_GPU = tvm.cuda(0).exist
 
@@ -211,21 +212,59 @@ def test_without_a_gpu_the_builder_compiles_each_cuda_kernel_with_nvcc(cuda_task
                for b in refused), [b.error_msg for b in refused]
 
 
+def _no_compile_mode(monkeypatch) -> None:
+    """TVM_CUDA_COMPILE_MODE unset for this test, and restored after it (as PATH)."""
+    monkeypatch.setenv("TVM_CUDA_COMPILE_MODE", "")
+    monkeypatch.delenv("TVM_CUDA_COMPILE_MODE")
+    monkeypatch.setenv("PATH", os.environ["PATH"])
+
+
 def test_nvcc_is_found_in_a_cuda_toolkit_off_the_path(tmp_path, monkeypatch):
     """A CUDA toolkit often stays off the PATH: nvcc is looked for where TVM looks for the toolkit
-    (CUDA_PATH, CUDA_HOME, /usr/local/cuda), and the build workers then compile with it, not NVRTC."""
-    from autotvm.measure import workers
+    (CUDA_PATH, CUDA_HOME, /usr/local/cuda), and TVM then compiles with it, not NVRTC."""
+    from autotvm.env import cuda_compiler, find_nvcc, use_cuda_compiler
 
     nvcc = tmp_path / "cuda" / "bin" / "nvcc"
     nvcc.parent.mkdir(parents=True)
     nvcc.write_text("#!/bin/sh\n")
     nvcc.chmod(0o755)
+    _no_compile_mode(monkeypatch)
     monkeypatch.setenv("PATH", str(tmp_path))  # no nvcc on it
-    monkeypatch.delenv("TVM_CUDA_COMPILE_MODE", raising=False)
     monkeypatch.setenv("CUDA_PATH", str(tmp_path / "cuda"))
-    assert workers.find_nvcc() == str(nvcc) and workers.cuda_compiler() == "nvcc"
+    assert find_nvcc() == str(nvcc) and cuda_compiler() == "nvcc"
+    assert use_cuda_compiler() == "nvcc" and shutil.which("nvcc") == str(nvcc)  # TVM runs the one on the PATH
+    assert os.environ["TVM_CUDA_COMPILE_MODE"] == "nvcc"
     monkeypatch.setenv("TVM_CUDA_COMPILE_MODE", "nvrtc")  # the user's choice stands
-    assert workers.cuda_compiler() == "NVRTC"
+    assert use_cuda_compiler() == "NVRTC" and os.environ["TVM_CUDA_COMPILE_MODE"] == "nvrtc"
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc to compile CUDA code")
+def test_the_model_is_built_with_the_compiler_its_tune_measured(monkeypatch):
+    """nvcc and NVRTC compile a kernel to different machine code, and TVM compiles with NVRTC unless
+    told otherwise: the process that builds the tuned model compiles its CUDA kernels with the
+    compiler the build workers compiled them with for the tune (nvcc where it is installed), and
+    so do MetaSchedule's build workers, which start with its environment."""
+    from tools.config import load_config
+    from tools.metaschedule import _builder_and_runner
+    from tools.models import build_model, load_program
+
+    _no_compile_mode(monkeypatch)
+    builder = autotvm.LocalBuilder(n_parallel=1, timeout=60)
+    try:
+        worker_mode = builder.executor.submit(os.getenv, "TVM_CUDA_COMPILE_MODE").result()
+    finally:
+        builder.close()
+    assert worker_mode == "nvcc" and "TVM_CUDA_COMPILE_MODE" not in os.environ
+    spec = {"name": "cnn", "type": "torch", "model": "cnn", "width": 8, "image_size": 16, "batch": 1}
+    _, mod, params = load_program(spec)
+    build_model(spec, mod, params, autotvm.make_target({"kind": "cuda", "arch": "sm_90"}))
+    assert os.environ["TVM_CUDA_COMPILE_MODE"] == worker_mode
+    monkeypatch.delenv("TVM_CUDA_COMPILE_MODE")
+    settings = load_config(os.path.join(ROOT, "config-example.json")).autotuner_settings
+    _builder_and_runner(settings, "llvm")  # a CPU's run leaves it alone
+    assert "TVM_CUDA_COMPILE_MODE" not in os.environ
+    _builder_and_runner(settings, "cuda")
+    assert os.environ["TVM_CUDA_COMPILE_MODE"] == worker_mode
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc to compile CUDA code")

@@ -17,7 +17,7 @@ from typing import Any, Callable
 import tvm
 
 import autotvm
-from autotvm.env import load_tensor_intrinsics, use_runtime_threads
+from autotvm.env import load_tensor_intrinsics, use_cuda_compiler, use_runtime_threads
 
 from .settings import TuningSettings
 from .stats import trials_to_fraction
@@ -39,10 +39,13 @@ def quiet() -> None:
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
 
 
-def _builder_and_runner(settings: TuningSettings) -> tuple[Any, Any]:
-    """MetaSchedule's local builder and runner, measuring as our runner does."""
+def _builder_and_runner(settings: TuningSettings, target: Any) -> tuple[Any, Any]:
+    """MetaSchedule's local builder and runner, measuring as our runner does; on a GPU its build
+    workers compile with our CUDA compiler (they start with this process's environment)."""
     from tvm.s_tir import meta_schedule as ms
 
+    if autotvm.make_target(target).kind.name == "cuda":
+        use_cuda_compiler()
     builder = ms.builder.LocalBuilder(max_workers=settings.n_parallel, f_build=fast_build)
     runner = ms.runner.LocalRunner(evaluator_config=ms.runner.EvaluatorConfig(
         number=settings.number, repeat=settings.repeat, min_repeat_ms=settings.min_repeat_ms,
@@ -70,7 +73,7 @@ def run_on_op(op: str, seed: int, trials: int, settings: TuningSettings, target:
     flop = float(tvm.s_tir.analysis.estimate_tir_flops(tvm.IRModule({"main": func})))
     use_runtime_threads(target)  # its runner's workers time with our runner's threads
     with tempfile.TemporaryDirectory(prefix="ms-") as work_dir:
-        builder, runner = _builder_and_runner(settings)
+        builder, runner = _builder_and_runner(settings, target)
         quiet()
         start = time.perf_counter()
         ms.tune_tir(func, target, work_dir, max_trials_global=trials, num_trials_per_iter=64, builder=builder,
@@ -99,7 +102,7 @@ def tune_model(fused: Any, target: Any, where: str, trials: int, round_trials: i
 
     shutil.rmtree(where, ignore_errors=True)
     os.makedirs(where)
-    builder, runner = _builder_and_runner(settings)
+    builder, runner = _builder_and_runner(settings, target)
     record_file = os.path.join(where, "database_tuning_record.json")
     progress: list = []
     start = time.perf_counter()

@@ -25,7 +25,7 @@ from typing import Any, Sequence
 from tvm.support.popen_pool import PopenPoolExecutor, PopenWorker
 
 from ..checks import AutoTVMError, check, check_int, check_number, integer, text
-from ..env import allowed_cpus, device_exists, device_of, host_cores, runtime_threads
+from ..env import allowed_cpus, cuda_compiler, device_exists, device_of, host_cores, runtime_threads
 from ..task.space import InstantiationError
 from . import workers
 from .measure import BuildResult, MeasureErrorNo, MeasureInput, MeasureResult, failed, full_disk_error
@@ -245,7 +245,7 @@ class LocalBuilder:
             path, arg_info, check_path, check_info, seconds, device_seconds = future.result()
             self._count(seconds, device_seconds)
             if device_seconds and self.device_compiler is None:  # without a GPU, the builder's check uses nvcc
-                self.device_compiler = workers.cuda_compiler() if self._gpu_here(inp.task.target) else "nvcc"
+                self.device_compiler = cuda_compiler() if self._gpu_here(inp.task.target) else "nvcc"
             self._largest = max(self._largest, os.path.getsize(path))
             return BuildResult(path, arg_info, MeasureErrorNo.NO_ERROR, "", instantiate_cost + seconds,
                                check_path and (check_path, check_info))

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from ..env import find_nvcc, use_cuda_compiler
+
 _REFERENCE_OUTPUTS: dict[str, list] = {}
 # the timed arguments of the last tasks, on the device: the next config of the same task is timed
 # on them (a task's trials share their shapes; a convolution's weights are megabytes to draw and copy)
@@ -25,8 +27,8 @@ _DEVICE_COMPILER = {"seconds": 0.0, "timed": False}  # this worker's time in the
 
 def init_builder(parent: int) -> None:
     """Build worker initializer: Ctrl-C is the tuning process's, and the worker dies with it.
-    Where nvcc is installed, TVM compiles CUDA kernels with it rather than NVRTC (unless
-    ``TVM_CUDA_COMPILE_MODE`` says otherwise): it compiles a tuned kernel faster (finding 11).
+    TVM compiles CUDA kernels with the project's one CUDA compiler (``env.use_cuda_compiler``: nvcc
+    where it is installed), the one the tuned model is built with.
     Builds run at a lower priority (``BUILD_NICENESS``): where they overlap runs (rounds of a GPU's
     tasks in flight at once), the runner and the tuner get their core first."""
     _init_worker(parent)
@@ -34,10 +36,7 @@ def init_builder(parent: int) -> None:
         os.nice(BUILD_NICENESS)
     except OSError:
         pass
-    nvcc = find_nvcc()
-    if nvcc is not None and "TVM_CUDA_COMPILE_MODE" not in os.environ:
-        os.environ["PATH"] = os.path.dirname(nvcc) + os.pathsep + os.environ.get("PATH", "")
-        os.environ["TVM_CUDA_COMPILE_MODE"] = "nvcc"
+    use_cuda_compiler()
 
 
 def _init_worker(parent: int) -> None:
@@ -120,39 +119,6 @@ def _time_device_compiler() -> None:
 
     tvm_ffi.register_global_func("tvm_callback_cuda_compile", timed, override=True)
     _DEVICE_COMPILER["timed"] = True
-
-
-def find_nvcc() -> str | None:
-    """nvcc on the PATH, in a CUDA toolkit where TVM looks for one (``CUDA_PATH``, ``CUDA_HOME``,
-    ``/usr/local/cuda``: a toolkit often stays off the PATH), or from NVIDIA's wheels (the
-    project's extra ``cuda``: ``nvidia/cu*/bin``)."""
-    import glob
-    import shutil
-
-    found = shutil.which("nvcc")
-    if found:
-        return found
-    roots = [os.environ.get("CUDA_PATH"), os.environ.get("CUDA_HOME"), "/usr/local/cuda"]
-    for root in filter(None, roots):
-        path = os.path.join(root, "bin", "nvcc")
-        if os.path.isfile(path) and os.access(path, os.X_OK):
-            return path
-    try:
-        import nvidia  # the wheels' namespace package
-    except ImportError:
-        return None
-    candidates = [path for root in nvidia.__path__ for path in sorted(glob.glob(os.path.join(root, "cu*", "bin", "nvcc")))]
-    return next((path for path in reversed(candidates) if os.access(path, os.X_OK)), None)
-
-
-def cuda_compiler() -> str:
-    """The compiler a build worker's TVM compiles CUDA kernels with on a GPU host (``init_builder``'s
-    rule): the one ``TVM_CUDA_COMPILE_MODE`` names, else nvcc where ``find_nvcc`` finds it, else
-    NVRTC (TVM's default)."""
-    mode = os.environ.get("TVM_CUDA_COMPILE_MODE")
-    if mode:
-        return "nvcc" if mode == "nvcc" else "NVRTC"
-    return "nvcc" if find_nvcc() is not None else "NVRTC"
 
 
 def check_cuda_kernels(lib: Any, target: Any) -> int:

@@ -14,7 +14,7 @@ from typing import Any
 import tvm
 
 from ..checks import AutoTVMError, check, choice
-from ..env import load_tensor_intrinsics, make_target
+from ..env import load_tensor_intrinsics, make_target, use_cuda_compiler
 from .layout_pads import nhwc_pads
 from .space import InstantiationError
 from . import x86_bf16
@@ -418,6 +418,7 @@ def _compile_with_database(database: Any, fused: tvm.IRModule, target: tvm.targe
     gpu = relax_pipeline.BackendDispatcher.is_gpu_target(target)
     # the backend's own lowering (TVM 0.27's backend packages do not export these passes at the top)
     if gpu:
+        use_cuda_compiler()  # the kernels' machine code as the tune measured it
         from tvm.relax.backend.cuda import pipeline as backend
     else:
         from tvm.relax.backend.cpu_generic import pipeline as backend
