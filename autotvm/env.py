@@ -262,24 +262,29 @@ def device_exists(target: tvm.target.Target) -> bool:
 
 
 def find_nvcc() -> str | None:
-    """nvcc on the PATH, in a CUDA toolkit where TVM looks for one (``CUDA_PATH``, ``CUDA_HOME``,
-    ``/usr/local/cuda``: a toolkit often stays off the PATH), or from NVIDIA's wheels (the
-    project's extra ``cuda``: ``nvidia/cu*/bin``)."""
+    """nvcc: ``find_cuda_tool("nvcc")``."""
+    return find_cuda_tool("nvcc")
+
+
+def find_cuda_tool(name: str) -> str | None:
+    """A CUDA toolkit program (nvcc, cuobjdump, ...) on the PATH, in a CUDA toolkit where TVM
+    looks for one (``CUDA_PATH``, ``CUDA_HOME``, ``/usr/local/cuda``: a toolkit often stays off the
+    PATH), or from NVIDIA's wheels (the project's extra ``cuda``: ``nvidia/cu*/bin``, the newest)."""
     import glob
 
-    found = shutil.which("nvcc")
+    found = shutil.which(name)
     if found:
         return found
     roots = [os.environ.get("CUDA_PATH"), os.environ.get("CUDA_HOME"), "/usr/local/cuda"]
     for root in filter(None, roots):
-        path = os.path.join(root, "bin", "nvcc")
+        path = os.path.join(root, "bin", name)
         if os.path.isfile(path) and os.access(path, os.X_OK):
             return path
     try:
         import nvidia  # the wheels' namespace package
     except ImportError:
         return None
-    candidates = [path for root in nvidia.__path__ for path in sorted(glob.glob(os.path.join(root, "cu*", "bin", "nvcc")))]
+    candidates = [path for root in nvidia.__path__ for path in sorted(glob.glob(os.path.join(root, "cu*", "bin", name)))]
     return next((path for path in reversed(candidates) if os.access(path, os.X_OK)), None)
 
 

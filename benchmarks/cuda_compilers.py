@@ -48,12 +48,12 @@ def main() -> None:
     import tabulate
 
     import autotvm
-    from autotvm.env import find_nvcc
+    from autotvm.env import find_cuda_tool
     from tools.config import load_config
     from tools.models import model_tasks
 
-    tools = {"nvcc": find_nvcc(), "cuobjdump": _nvidia_tool("cuobjdump"), "nvdisasm": _nvidia_tool("nvdisasm"),
-             "cuda-bindings": _has_nvrtc()}
+    tools = {name: find_cuda_tool(name) for name in ("nvcc", "cuobjdump", "nvdisasm")}
+    tools["cuda-bindings"] = _has_nvrtc()
     missing = [name for name, found in tools.items() if not found]
     if missing:
         sys.exit(f"error: cuda_compilers.py needs {', '.join(missing)} (pip install cuda-bindings nvidia-cuda-nvrtc "
@@ -90,21 +90,6 @@ def main() -> None:
           f"with NVRTC in {sum(k['only_nvrtc_stack'] for k in kernels)}, only with nvcc in "
           f"{sum(k['only_nvcc_stack'] for k in kernels)}); the precompiled header changes the machine code of "
           f"{sum(not k['same_with_header'] for k in kernels)}")
-
-
-def _nvidia_tool(name: str) -> str | None:
-    """``name`` on the PATH or from NVIDIA's wheels (``nvidia/cu*/bin``)."""
-    import glob
-    import shutil
-
-    found = shutil.which(name)
-    if found:
-        return found
-    try:
-        import nvidia  # the wheels' namespace package
-    except ImportError:
-        return None
-    return next(iter(sorted(path for root in nvidia.__path__ for path in glob.glob(os.path.join(root, "cu*", "bin", name)))), None)
 
 
 def _has_nvrtc() -> bool:
