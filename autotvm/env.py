@@ -305,7 +305,8 @@ def use_cuda_compiler() -> str:
     workers, the process that builds the model (``build_program``) and MetaSchedule's peer before
     its workers start. The model then runs the machine code its tune measured: nvcc and NVRTC
     compile the same kernel to different code (registers, sums kept in local memory; finding 11),
-    and TVM's own default is NVRTC. A ``TVM_CUDA_COMPILE_MODE`` of the user's stands."""
+    and TVM's own default is NVRTC. A ``TVM_CUDA_COMPILE_MODE`` of the user's stands. NVRTC
+    compiles with a precompiled header (``use_nvrtc_precompiled_header``)."""
     compiler = cuda_compiler()
     nvcc = find_nvcc() if compiler == "nvcc" else None
     if nvcc is not None:
@@ -313,7 +314,42 @@ def use_cuda_compiler() -> str:
             os.environ["PATH"] = os.path.dirname(nvcc) + os.pathsep + os.environ.get("PATH", "")
         if not os.environ.get("TVM_CUDA_COMPILE_MODE"):
             os.environ["TVM_CUDA_COMPILE_MODE"] = "nvcc"
+    if compiler == "NVRTC":
+        use_nvrtc_precompiled_header()
     return compiler
+
+
+# NVRTC's automatic precompiled header covers the headers a program includes before any of its
+# code. TVM's CUDA kernels include these (its float16 kernels cuda_fp16.h and mma.h too), so they
+# are included first, in this order, for every kernel: each process that compiles parses them once,
+# not once a kernel. The machine code is the same byte for byte (finding 11).
+NVRTC_PRECOMPILED_HEADER = ("-pch --pre-include=cuda/std/cstdint --pre-include=cuda/std/limits "
+                            "--pre-include=cuda/std/type_traits --pre-include=cuda_fp16.h --pre-include=mma.h")
+
+
+def nvrtc_version() -> tuple[int, int] | None:
+    """The NVRTC that TVM compiles with (through ``cuda-bindings``), as (major, minor); None where
+    it cannot be loaded."""
+    try:
+        from cuda.bindings import nvrtc
+
+        _, major, minor = nvrtc.nvrtcVersion()
+    except Exception:  # not installed, or its library missing: TVM cannot compile with NVRTC either
+        return None
+    return int(major), int(minor)
+
+
+def use_nvrtc_precompiled_header() -> bool:
+    """Make TVM's NVRTC compiles in this process (and the workers it starts) use
+    ``NVRTC_PRECOMPILED_HEADER``, where NVRTC has precompiled headers (12.8 and later); returns
+    whether they do. The user's own ``TVM_CUDA_NVRTC_EXTRA_OPTS`` (empty included) stands."""
+    if "TVM_CUDA_NVRTC_EXTRA_OPTS" in os.environ:
+        return "-pch" in os.environ["TVM_CUDA_NVRTC_EXTRA_OPTS"].split()
+    version = nvrtc_version()
+    if version is None or version < (12, 8):
+        return False
+    os.environ["TVM_CUDA_NVRTC_EXTRA_OPTS"] = NVRTC_PRECOMPILED_HEADER
+    return True
 
 
 def _cheap_stack(context: int = 1) -> list:
