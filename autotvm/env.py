@@ -322,7 +322,7 @@ def use_cuda_compiler() -> str:
 # NVRTC's automatic precompiled header covers the headers a program includes before any of its
 # code. TVM's CUDA kernels include these (its float16 kernels cuda_fp16.h and mma.h too), so they
 # are included first, in this order, for every kernel: each process that compiles parses them once,
-# not once a kernel. The machine code is the same byte for byte (finding 11).
+# not once a kernel. The machine code is plain NVRTC's (finding 11).
 NVRTC_PRECOMPILED_HEADER = ("-pch --pre-include=cuda/std/cstdint --pre-include=cuda/std/limits "
                             "--pre-include=cuda/std/type_traits --pre-include=cuda_fp16.h --pre-include=mma.h")
 

@@ -8,11 +8,11 @@ lowered for ``--arch`` (default sm_90, an H100/H200), and each kernel source is 
 another in this process, as TVM's callback compiles it (``tvm.support.nvcc.compile_cuda``): by nvcc,
 by NVRTC as TVM's default has it, and by NVRTC with the precompiled header of the headers TVM's
 kernels include that the project's NVRTC compiles use (``autotvm.env.NVRTC_PRECOMPILED_HEADER``;
-created by its first compile in the process, then reused). cuobjdump reads each
-kernel's registers and stack (local memory) from nvcc's and NVRTC's code, and the machine code of
-the NVRTC compiles is compared (plain NVRTC twice: its compiles of a kernel may differ from one
-another in which registers they use). NVRTC finds the CUDA headers through ``CUDA_PATH`` (a toolkit's
-root, with ``targets/<arch>/include/cccl``).
+created by its first compile in the process, then reused). cuobjdump reads each kernel's registers
+and stack (local memory) from nvcc's and NVRTC's code, and the machine code of the NVRTC compiles is
+compared (plain NVRTC twice: its compiles of a kernel may differ from one another in which registers
+they use). NVRTC finds the CUDA headers through ``CUDA_PATH`` (a toolkit's root, with
+``targets/<arch>/include/cccl``).
 """
 
 from __future__ import annotations

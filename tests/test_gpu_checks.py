@@ -277,8 +277,8 @@ def _nvrtc_with_headers() -> bool:
                     "(CUDA_PATH)")
 def test_the_precompiled_header_leaves_the_machine_code_as_it_was(monkeypatch):
     """The precompiled header only saves NVRTC its parse of the headers: TVM's kernels (a float32
-    and a float16 matmul's) compile to the same bytes with it and without it, and once it is made
-    a compile takes under half the time of one without it."""
+    and a float16 matmul's) compile to the bytes of a plain compile with it, and once it is made a
+    compile takes under half the time of one without it."""
     from tvm.support import nvcc as tvm_nvcc
 
     from autotvm.env import NVRTC_PRECOMPILED_HEADER
@@ -297,13 +297,15 @@ def test_the_precompiled_header_leaves_the_machine_code_as_it_was(monkeypatch):
     with target:
         for source in sources:
             compiled, seconds = [], []
-            for options in ("", NVRTC_PRECOMPILED_HEADER, NVRTC_PRECOMPILED_HEADER):  # plain; the header made; used
+            # plain twice; the header made, then used
+            for options in ("", "", NVRTC_PRECOMPILED_HEADER, NVRTC_PRECOMPILED_HEADER):
                 monkeypatch.setenv("TVM_CUDA_NVRTC_EXTRA_OPTS", options)
                 start = time.perf_counter()
                 compiled.append(bytes(tvm_nvcc.compile_cuda(source, target_format="cubin", compiler="nvrtc")))
                 seconds.append(time.perf_counter() - start)
-            assert compiled[0] == compiled[1] == compiled[2] and len(compiled[0]) > 1000
-            assert seconds[2] < seconds[0] / 2, seconds
+            # NVRTC's own compiles of a kernel may differ in which registers they use (finding 11)
+            assert compiled[2] in compiled[:2] and compiled[3] in compiled[:2] and len(compiled[0]) > 1000
+            assert seconds[3] < min(seconds[:2]) / 2, seconds
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc to compile CUDA code")
