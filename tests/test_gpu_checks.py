@@ -213,9 +213,11 @@ def test_without_a_gpu_the_builder_compiles_each_cuda_kernel_with_nvcc(cuda_task
 
 
 def _no_compile_mode(monkeypatch) -> None:
-    """TVM_CUDA_COMPILE_MODE unset for this test, and restored after it (as PATH)."""
-    monkeypatch.setenv("TVM_CUDA_COMPILE_MODE", "")
-    monkeypatch.delenv("TVM_CUDA_COMPILE_MODE")
+    """TVM_CUDA_COMPILE_MODE and TVM_CUDA_NVRTC_EXTRA_OPTS unset for this test, and restored after
+    it (as PATH)."""
+    for name in ("TVM_CUDA_COMPILE_MODE", "TVM_CUDA_NVRTC_EXTRA_OPTS"):
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
     monkeypatch.setenv("PATH", os.environ["PATH"])
 
 
@@ -245,8 +247,6 @@ def test_nvrtc_compiles_with_a_precompiled_header_where_it_has_them(monkeypatch)
     from autotvm import env
 
     _no_compile_mode(monkeypatch)
-    monkeypatch.setenv("TVM_CUDA_NVRTC_EXTRA_OPTS", "")
-    monkeypatch.delenv("TVM_CUDA_NVRTC_EXTRA_OPTS")
     monkeypatch.setenv("TVM_CUDA_COMPILE_MODE", "nvrtc")
     monkeypatch.setattr(env, "nvrtc_version", lambda: (12, 6))
     assert env.use_cuda_compiler() == "NVRTC" and "TVM_CUDA_NVRTC_EXTRA_OPTS" not in os.environ
