@@ -17,6 +17,10 @@ with them and without them (each function's configs drawn in the shares the chec
 a batch of the accepted configs goes through the tune's own builder (``LocalBuilder``,
 ``--workers`` workers, at most one a core) and its wall time is printed: on a GPU host, the
 builds exactly as a tune's round makes them (TVM's CUDA compiler callback, nvcc or NVRTC).
+
+``--neighbours N``: for N built configs of each function, each knob is changed to another of its
+values at random (a mutation's step), and of the neighbours that pass the check, those that lower
+to their config's CUDA source are counted: what a cache of compiled kernels would save.
 """
 
 from __future__ import annotations
@@ -44,6 +48,8 @@ def main() -> None:
     parser.add_argument("--builds", type=int, default=5, help="accepted configs built per function")
     parser.add_argument("--workers", type=int, default=16, help="build workers of the GPU host (n_parallel)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--neighbours", type=int, default=0,
+                        help="accepted configs a function whose single-knob neighbours are lowered and compared")
     args = parser.parse_args()
 
     import tabulate
@@ -60,7 +66,9 @@ def main() -> None:
     rows, builds, in_nvcc, batch = [], [], [], []
     drawn: list = []  # every build: (seconds, seconds in nvcc, whether only the register check rejects it, its weight)
     disagreements = 0
+    neighbours = [0, 0]  # single-knob neighbours that pass the check, and those with their config's CUDA source
     rng = np.random.default_rng(args.seed)
+    mutations = np.random.default_rng([args.seed, 1])  # the neighbours' own, so that the rest draws as without them
     with tempfile.TemporaryDirectory(prefix="cuda-builds-") as out_dir:  # the libraries built, removed after
         for spec in config.models:
             _, _, _, tasks = model_tasks(spec, target, precision)
@@ -75,6 +83,9 @@ def main() -> None:
                     share = sampled["counts"][rejected] / max(len(times_), 1)  # each build stands for this many checked
                     drawn += [(t, n, rejected, share) for t, n in zip(times_, nvcc_)]
                 disagreements += wrong
+                if args.neighbours:
+                    built_, same = _same_source_neighbours(task, accepted[: args.neighbours], mutations)
+                    neighbours = [neighbours[0] + built_, neighbours[1] + same]
     print(tabulate.tabulate(rows, headers=["function", "accepted", "rejected from tiles", "then from loops",
                                            "then from registers", "replay ms", "check ms",
                                            "built", "build s median", "build s max"]))
@@ -100,6 +111,10 @@ def main() -> None:
               f"({np.mean([r[1] for r in over]):.2f} s in nvcc), max {max(r[0] for r in over):.2f} s; a batch of "
               f"{args.workers} drawn as checked (each function's configs in their shares) waits {waits(drawn):.2f} s "
               f"for its slowest with them, {waits([r for r in drawn if not r[2]]):.2f} s without")
+    if args.neighbours:
+        print(f"single-knob neighbours of accepted configs (each knob of {args.neighbours} a function changed to another "
+              f"value at random, as a mutation does): {neighbours[1]} of the {neighbours[0]} that pass the check lower "
+              "to their config's CUDA source (a build a cache of compiled kernels would save)")
     if batch:
         _build_batch(batch, min(args.workers, host_cores()))
 
@@ -170,6 +185,42 @@ def _sample(task: Any, args: argparse.Namespace, rng: np.random.Generator, out_d
            f"{len(times)}/{len(accepted[: args.builds])}",
            f"{np.median(times):.2f}" if times else "-", f"{max(times):.2f}" if times else "-"]
     return row, built, wrong
+
+
+def _same_source_neighbours(task: Any, configs: list, rng: np.random.Generator) -> tuple[int, int]:
+    """Each knob of each of ``configs`` changed to another of its values at random: how many of
+    these neighbours pass the check and lower, and how many lower to the CUDA source of the config
+    they came from."""
+    space = task.config_space
+    lowered = same = 0
+    for config in configs:
+        knob, source_of_config = space.point2knob(config.index), _cuda_source(task, config)
+        for dim, size in enumerate(space.dims):
+            if size < 2:
+                continue
+            value = int(rng.integers(size - 1))
+            value += value >= knob[dim]  # any value but the config's own
+            neighbour = space.get(space.knob2point([*knob[:dim], value, *knob[dim + 1:]]))
+            if task.check(neighbour) is not None:
+                continue
+            try:
+                source = _cuda_source(task, neighbour)
+            except Exception:  # TVM's code generator refuses it: a failed trial in a tune
+                continue
+            lowered += 1
+            same += source == source_of_config
+    return lowered, same
+
+
+def _cuda_source(task: Any, config: Any) -> str:
+    import tvm
+
+    modules, sources = list(tvm.compile(task.instantiate(config), target=task.target).mod.imports), []
+    while modules:
+        module = modules.pop()
+        modules.extend(module.imports)
+        sources += [module.inspect_source("cuda")] if module.kind == "cuda" else []
+    return "".join(sources)
 
 
 def _build_each(task: Any, configs: list, out_dir: str) -> tuple:

@@ -36,11 +36,12 @@ def test_the_table_has_a_row_per_model_with_its_trials_and_a_stopped_step_is_a_n
 
 def test_the_cuda_build_benchmark_checks_and_builds_without_a_gpu(tmp_path):
     """benchmarks/cuda_builds.py: a CUDA model's configs checked (tiles first, then the replay, which
-    must agree) and built on this machine's CPU, nvcc compiling them where it is installed."""
+    must agree) and built on this machine's CPU, nvcc compiling them where it is installed; their
+    single-knob neighbours lowered and compared."""
     config = json.dumps({"models": [{"name": "mlp", "type": "torch", "model": "mlp", "width": 64, "batch": 4}],
                          "target": "cuda"})
     result = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "cuda_builds.py"), "--config", config,
-                             "--functions", "2", "--checks", "60", "--builds", "2", "--workers", "4"],
+                             "--functions", "2", "--checks", "60", "--builds", "2", "--workers", "4", "--neighbours", "1"],
                             capture_output=True, text=True, cwd=tmp_path, env=project_env(), timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "configs the check and the replay disagree on, registers aside: 0" in result.stdout, result.stdout[-2000:]
@@ -48,6 +49,8 @@ def test_the_cuda_build_benchmark_checks_and_builds_without_a_gpu(tmp_path):
     nvcc = re.search(r"builds on one core: mean ([\d.]+) s \(([\d.]+) s of it in nvcc\)", result.stdout)
     assert (nvcc is not None) == (find_nvcc() is not None), result.stdout[-2000:]
     assert nvcc is None or 0 < float(nvcc[2]) < float(nvcc[1])
+    same = re.search(r"(\d+) of the (\d+) that pass the check lower to their config's CUDA source", result.stdout)
+    assert same is not None and int(same[1]) <= int(same[2]), result.stdout[-2000:]
     # a batch through the tune's own builder, one worker a core
     workers = min(4, host_cores())
     assert f"a batch of {workers} builds through the tune's builder on {workers} workers:" in result.stdout
