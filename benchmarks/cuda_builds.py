@@ -215,12 +215,9 @@ def _same_source_neighbours(task: Any, configs: list, rng: np.random.Generator) 
 def _cuda_source(task: Any, config: Any) -> str:
     import tvm
 
-    modules, sources = list(tvm.compile(task.instantiate(config), target=task.target).mod.imports), []
-    while modules:
-        module = modules.pop()
-        modules.extend(module.imports)
-        sources += [module.inspect_source("cuda")] if module.kind == "cuda" else []
-    return "".join(sources)
+    from autotvm.measure.workers import cuda_sources
+
+    return "".join(cuda_sources(tvm.compile(task.instantiate(config), target=task.target)))
 
 
 def _build_each(task: Any, configs: list, out_dir: str) -> tuple:

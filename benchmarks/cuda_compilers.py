@@ -102,6 +102,8 @@ def _sources(task: Any, target: Any, count: int, rng: np.random.Generator) -> li
     """The CUDA source of up to ``count`` random configs of ``task`` that pass the tune's check."""
     import tvm
 
+    from autotvm.measure.workers import cuda_sources
+
     sources: list[str] = []
     for _ in range(50 * count):
         if len(sources) >= count:
@@ -113,12 +115,7 @@ def _sources(task: Any, target: Any, count: int, rng: np.random.Generator) -> li
             lib = tvm.compile(task.instantiate(config), target=target)
         except Exception:  # a config TVM's code generator refuses: a failed trial in a tune
             continue
-        modules = list(lib.mod.imports)
-        while modules:
-            module = modules.pop()
-            modules.extend(module.imports)
-            if module.kind == "cuda":
-                sources.append(module.inspect_source("cuda"))
+        sources += cuda_sources(lib)
     return sources
 
 

@@ -282,6 +282,7 @@ def test_the_precompiled_header_leaves_the_machine_code_as_it_was(monkeypatch):
     from tvm.support import nvcc as tvm_nvcc
 
     from autotvm.env import NVRTC_PRECOMPILED_HEADER
+    from autotvm.measure.workers import cuda_sources
 
     target = autotvm.make_target({"kind": "cuda", "arch": "sm_90"})
     sources = []
@@ -292,7 +293,7 @@ def test_the_precompiled_header_leaves_the_machine_code_as_it_was(monkeypatch):
         sch.bind(i, "blockIdx.x")
         sch.bind(j, "threadIdx.x")
         lib = tvm.compile(sch.mod, target=target)
-        sources += [m.inspect_source("cuda") for m in lib.mod.imports if m.kind == "cuda"]
+        sources += cuda_sources(lib)
     assert len(sources) == 2 and "half" in sources[1]
     with target:
         for source in sources:
@@ -541,12 +542,9 @@ def test_rounds_in_flight_default_to_two_on_a_gpu_and_one_on_a_cpu():
 
 
 def _cuda_source(lib):
-    modules, source = list(lib.mod.imports), ""
-    while modules:
-        module = modules.pop()
-        modules.extend(module.imports)
-        source += module.inspect_source("cuda") if module.kind == "cuda" else ""
-    return source
+    from autotvm.measure.workers import cuda_sources
+
+    return "".join(cuda_sources(lib))
 
 
 def test_configs_whose_thread_buffers_outgrow_the_registers_are_rejected(cuda_task, tmp_path):

@@ -121,33 +121,39 @@ def _time_device_compiler() -> None:
     _DEVICE_COMPILER["timed"] = True
 
 
+def cuda_sources(lib: Any) -> list[str]:
+    """The CUDA source of each CUDA module a build holds (TVM keeps it as source where no GPU
+    loaded it). ``lib``: a built library or a Relax executable (its kernels are imported by its
+    host module)."""
+    sources, modules = [], list(lib.mod.imports)
+    while modules:
+        module = modules.pop()
+        modules.extend(module.imports)
+        source = module.inspect_source("cuda") if module.kind == "cuda" else ""
+        sources += [source] if source else []
+    return sources
+
+
 def check_cuda_kernels(lib: Any, target: Any) -> int:
     """Compile a CUDA build's kernels with nvcc (where it is installed) for the target's
     architecture; returns how many CUDA modules it compiled. Without a GPU, TVM keeps them as CUDA
-    source, which no compiler reads until a GPU loads them: this is what catches, on the machine
-    that builds, a kernel nvcc refuses. ``lib``: a built library or a Relax executable (its
-    kernels are imported by its host module)."""
+    source (``cuda_sources``), which no compiler reads until a GPU loads them: this is what
+    catches, on the machine that builds, a kernel nvcc refuses."""
     nvcc = find_nvcc()
     if nvcc is None:
         return 0
     from tvm.support import nvcc as tvm_nvcc
 
     os.environ["PATH"] = os.path.dirname(nvcc) + os.pathsep + os.environ.get("PATH", "")
-    compiled = 0
-    modules = list(lib.mod.imports)
-    while modules:
-        module = modules.pop()
-        modules.extend(module.imports)
-        source = module.inspect_source("cuda") if module.kind == "cuda" else ""
-        if source:
-            start = time.perf_counter()
-            try:
-                with target:
-                    tvm_nvcc.compile_cuda(source, target_format="cubin", compiler="nvcc")
-            finally:
-                _DEVICE_COMPILER["seconds"] += time.perf_counter() - start
-            compiled += 1
-    return compiled
+    sources = cuda_sources(lib)
+    for source in sources:
+        start = time.perf_counter()
+        try:
+            with target:
+                tvm_nvcc.compile_cuda(source, target_format="cubin", compiler="nvcc")
+        finally:
+            _DEVICE_COMPILER["seconds"] += time.perf_counter() - start
+    return len(sources)
 
 
 def build_artifact(mod: Any, target: Any, out_dir: str, remove_layout_rewrite: bool, check: bool,
