@@ -27,7 +27,11 @@ import time
 
 import tabulate
 
+from autotvm.checks import AutoTVMError
+from tools.benchmark import results_path
+from tools.config import load_config
 from tools.runtimes import SHORT
+from tools.settings import replace
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -99,12 +103,14 @@ def _run(args: argparse.Namespace, done: dict) -> None:
     the device's name, and writing the table after each config."""
     rows = done["rows"]
     for path in args.configs:
-        config = json.load(open(path, encoding="utf-8"))
-        settings = config["autotuner_settings"]
-        own = config.get("run_settings", {}).get("precision", "float32")
-        save_path = settings.get("save_path", "results")
+        try:  # the config as the driver reads it, --set included: where its logs and benchmarks go
+            config = load_config(path, args.set)
+        except AutoTVMError as error:
+            print(f"note: {os.path.basename(path)}: {error}; skipped")
+            continue
+        own = config.run_settings.precision
         for precision in (args.precisions.split(",") if args.precisions else [own]):
-            name = settings.get("save_name", "tuning") + ("" if precision == own else f"-{SHORT[precision]}")
+            name = config.autotuner_settings.save_name + ("" if precision == own else f"-{SHORT[precision]}")
             overrides = args.set + ([] if precision == own else [f"run_settings.precision={precision}",
                                                                  f"autotuner_settings.save_name={name}"])
             tune_s = _driver("tune", path, overrides, args.timeout)
@@ -112,20 +118,20 @@ def _run(args: argparse.Namespace, done: dict) -> None:
             bench_s = None if tune_s is None else _driver("benchmark", path, overrides, args.timeout)
             if bench_s is None:
                 continue
-            for model in config["models"]:
+            settings = replace(config.autotuner_settings, save_name=name)
+            for model in config.models:
                 # the driver ran in this working directory: relative save paths are relative to it
-                timed_path = os.path.join(save_path, f"{name}-{model['name']}-benchmark.json")
+                timed_path = results_path(settings, model.name) + ".json"
                 result = json.load(open(timed_path, encoding="utf-8")) if os.path.exists(timed_path) else []
                 done["device"] = result[0].get("device", done["device"]) if result else done["device"]
                 timed = {r["variant"]: r for r in result}
                 tuned = timed.get("tvm-tuned")
                 others = "; ".join(f"{v} {r['median_ms']:.3f} ({SHORT.get(r['precision'], r['precision'])})"
                                    for v, r in timed.items() if v not in ("tvm-tuned", "tvm-untuned"))
-                rows.append([model["name"], precision, others, tuned["median_ms"] if tuned else None,
+                rows.append([model.name, precision, others, tuned["median_ms"] if tuned else None,
                              tuned["speedup_over_eager"] if tuned else None,
                              f"{tuned['speedup_over_fastest_other']:.2f} ({tuned['fastest_other']})" if tuned else "-",
-                             _records(os.path.join(save_path, f"{name}-{model['name']}.json")),
-                             round(tune_s), round(bench_s)])
+                             _records(settings.log_path(model.name)), round(tune_s), round(bench_s)])
             _write(rows, done["device"], args.out)  # a run stopped later keeps these rows
 
 

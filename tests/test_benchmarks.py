@@ -19,7 +19,9 @@ def models(*args, cwd):
 def test_the_table_has_a_row_per_model_with_its_trials_and_a_stopped_step_is_a_note(tmp_path):
     path, config = tiny_config(tmp_path)
     out = tmp_path / "models.md"
-    common = ["--configs", path, "--out", str(out), "--set", 'run_settings.variants=["pytorch-eager","tvm-tuned"]']
+    # a save_name of --set's: the table reads the benchmark where the driver wrote it
+    common = ["--configs", path, "--out", str(out), "--set", 'run_settings.variants=["pytorch-eager","tvm-tuned"]',
+              "--set", "autotuner_settings.save_name=s"]
     result = models(*common, "--set", "autotuner_settings.trials=4", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     row = next(line for line in out.read_text().splitlines() if line.startswith("| mm "))
@@ -27,10 +29,11 @@ def test_the_table_has_a_row_per_model_with_its_trials_and_a_stopped_step_is_a_n
     assert cells[1] == "float32" and "pytorch-eager" in cells[2] and float(cells[3]) > 0
     assert cells[6] == "4"  # the trials in the log: the override reached the driver
     assert int(cells[7]) > 0 and int(cells[8]) > 0  # the tune's and the benchmark's wall seconds
+    assert (tmp_path / "out" / "s-mm-benchmark.json").exists()
     # a step past --timeout is stopped with a note, and the next goes on (here: none); the table keeps its header
     result = models(*common, "--set", "autotuner_settings.trials=400", "--timeout", "1", cwd=tmp_path)
     assert result.returncode == 0 and "-m=tune stopped after 1 s; skipped" in result.stdout, result.stdout[-2000:]
-    log = tmp_path / "out" / "t-mm.json"
+    log = tmp_path / "out" / "s-mm.json"
     assert all(json.loads(line) for line in log.read_text().splitlines())  # every line a whole record
 
 
