@@ -232,7 +232,7 @@ def test_nvcc_is_found_in_a_cuda_toolkit_off_the_path(tmp_path, monkeypatch):
     nvcc.chmod(0o755)
     _no_compile_mode(monkeypatch)
     monkeypatch.setenv("PATH", str(tmp_path))  # no nvcc on it
-    monkeypatch.setenv("CUDA_PATH", str(tmp_path / "cuda"))
+    monkeypatch.setenv("CUDA_PATH", str(tmp_path / "cuda"))  # a toolkit without headers: no NVRTC to prefer
     assert find_nvcc() == str(nvcc) and cuda_compiler() == "nvcc"
     assert use_cuda_compiler() == "nvcc" and shutil.which("nvcc") == str(nvcc)  # TVM runs the one on the PATH
     assert os.environ["TVM_CUDA_COMPILE_MODE"] == "nvcc"
@@ -260,20 +260,32 @@ def test_nvrtc_compiles_with_a_precompiled_header_where_it_has_them(monkeypatch)
     assert env.use_cuda_compiler() == "nvcc" and "TVM_CUDA_NVRTC_EXTRA_OPTS" not in os.environ
 
 
-def _nvrtc_with_headers() -> bool:
-    """NVRTC with precompiled headers, and the CUDA headers where TVM looks for them."""
-    from tvm.support.nvcc import find_cuda_path
+def test_nvrtc_with_a_precompiled_header_is_preferred_to_nvcc(tmp_path, monkeypatch):
+    """NVRTC builds faster than nvcc where it compiles with a precompiled header (NVRTC 12.8 and
+    later, and the CUDA headers where TVM looks for them), so it is the compiler there, nvcc
+    installed or not; elsewhere nvcc where found; a TVM_CUDA_COMPILE_MODE of the user's stands."""
+    from autotvm import env
 
-    from autotvm.env import nvrtc_version
+    _no_compile_mode(monkeypatch)
+    monkeypatch.setattr(env, "find_nvcc", lambda: "/usr/local/cuda/bin/nvcc")
+    monkeypatch.setattr(env, "nvrtc_version", lambda: (13, 0))
+    monkeypatch.setenv("CUDA_PATH", str(tmp_path))
+    assert not env.nvrtc_precompiles() and env.cuda_compiler() == "nvcc"  # no CUDA headers for NVRTC
+    headers = tmp_path / "targets" / "x86_64-linux" / "include"
+    headers.mkdir(parents=True)
+    (headers / "cuda_runtime.h").write_text("")
+    assert env.nvrtc_precompiles() and env.cuda_compiler() == "NVRTC"
+    assert env.use_cuda_compiler() == "NVRTC" and os.environ["TVM_CUDA_COMPILE_MODE"] == "nvrtc"
+    assert os.environ["TVM_CUDA_NVRTC_EXTRA_OPTS"] == env.NVRTC_PRECOMPILED_HEADER
+    _no_compile_mode(monkeypatch)
+    monkeypatch.setattr(env, "nvrtc_version", lambda: (12, 6))  # no precompiled headers
+    assert not env.nvrtc_precompiles() and env.use_cuda_compiler() == "nvcc"
+    monkeypatch.setattr(env, "nvrtc_version", lambda: (13, 0))
+    monkeypatch.setenv("TVM_CUDA_COMPILE_MODE", "nvcc")  # the user's choice stands
+    assert env.use_cuda_compiler() == "nvcc" and "TVM_CUDA_NVRTC_EXTRA_OPTS" not in os.environ
 
-    try:
-        headers = os.path.join(find_cuda_path(), "include", "cuda_runtime.h")
-    except RuntimeError:
-        return False
-    return (nvrtc_version() or (0, 0)) >= (12, 8) and os.path.isfile(headers)
 
-
-@pytest.mark.skipif(not _nvrtc_with_headers(), reason="needs cuda-bindings, NVRTC >= 12.8 and the CUDA headers "
+@pytest.mark.skipif(not autotvm.env.nvrtc_precompiles(), reason="needs cuda-bindings, NVRTC >= 12.8 and the CUDA headers "
                     "(CUDA_PATH)")
 def test_the_precompiled_header_leaves_the_machine_code_as_it_was(monkeypatch):
     """The precompiled header only saves NVRTC its parse of the headers: TVM's kernels (a float32
@@ -313,8 +325,9 @@ def test_the_precompiled_header_leaves_the_machine_code_as_it_was(monkeypatch):
 def test_the_model_is_built_with_the_compiler_its_tune_measured(monkeypatch):
     """nvcc and NVRTC compile a kernel to different machine code, and TVM compiles with NVRTC unless
     told otherwise: the process that builds the tuned model compiles its CUDA kernels with the
-    compiler the build workers compiled them with for the tune (nvcc where it is installed), and
-    so do MetaSchedule's build workers, which start with its environment."""
+    compiler the build workers compiled them with for the tune (NVRTC where it has a precompiled
+    header, else nvcc where it is installed), and so do MetaSchedule's build workers, which start
+    with its environment."""
     from tools.config import load_config
     from tools.metaschedule import _builder_and_runner
     from tools.models import build_model, load_program
@@ -325,7 +338,7 @@ def test_the_model_is_built_with_the_compiler_its_tune_measured(monkeypatch):
         worker_mode = builder.executor.submit(os.getenv, "TVM_CUDA_COMPILE_MODE").result()
     finally:
         builder.close()
-    assert worker_mode == "nvcc" and "TVM_CUDA_COMPILE_MODE" not in os.environ
+    assert worker_mode == autotvm.env.cuda_compiler().lower() and "TVM_CUDA_COMPILE_MODE" not in os.environ
     spec = {"name": "cnn", "type": "torch", "model": "cnn", "width": 8, "image_size": 16, "batch": 1}
     _, mod, params = load_program(spec)
     build_model(spec, mod, params, autotvm.make_target({"kind": "cuda", "arch": "sm_90"}))
