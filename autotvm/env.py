@@ -354,8 +354,8 @@ def nvrtc_precompiles() -> bool:
         root = find_cuda_path()
     except RuntimeError:  # no CUDA toolkit found
         return False
-    return any(os.path.isfile(os.path.join(include, "cuda_runtime.h"))
-               for include in [os.path.join(root, "include"), *glob.glob(os.path.join(root, "targets", "*", "include"))])
+    includes = [os.path.join(root, "include"), *glob.glob(os.path.join(root, "targets", "*", "include"))]
+    return any(os.path.isfile(os.path.join(include, "cuda_runtime.h")) for include in includes)
 
 
 def use_nvrtc_precompiled_header() -> bool:

@@ -285,8 +285,8 @@ def test_nvrtc_with_a_precompiled_header_is_preferred_to_nvcc(tmp_path, monkeypa
     assert env.use_cuda_compiler() == "nvcc" and "TVM_CUDA_NVRTC_EXTRA_OPTS" not in os.environ
 
 
-@pytest.mark.skipif(not autotvm.env.nvrtc_precompiles(), reason="needs cuda-bindings, NVRTC >= 12.8 and the CUDA headers "
-                    "(CUDA_PATH)")
+@pytest.mark.skipif(not autotvm.env.nvrtc_precompiles(),
+                    reason="needs cuda-bindings, NVRTC >= 12.8 and the CUDA headers (CUDA_PATH)")
 def test_the_precompiled_header_leaves_the_machine_code_as_it_was(monkeypatch):
     """The precompiled header only saves NVRTC its parse of the headers: TVM's kernels (a float32
     and a float16 matmul's) compile to the bytes of a plain compile with it, and once it is made a
