@@ -341,10 +341,15 @@ def nvrtc_version() -> tuple[int, int] | None:
     return int(major), int(minor)
 
 
+def _nvrtc_has_precompiled_headers() -> bool:
+    """Whether the NVRTC TVM compiles with makes precompiled headers (12.8 and later)."""
+    return (nvrtc_version() or (0, 0)) >= (12, 8)
+
+
 def nvrtc_precompiles() -> bool:
     """Whether TVM can compile CUDA kernels here with NVRTC and a precompiled header: NVRTC 12.8
     or later (``nvrtc_version``) and the CUDA headers where TVM's NVRTC path looks for them."""
-    if (nvrtc_version() or (0, 0)) < (12, 8):
+    if not _nvrtc_has_precompiled_headers():
         return False
     import glob
 
@@ -364,8 +369,7 @@ def use_nvrtc_precompiled_header() -> bool:
     whether they do. The user's own ``TVM_CUDA_NVRTC_EXTRA_OPTS`` (empty included) stands."""
     if "TVM_CUDA_NVRTC_EXTRA_OPTS" in os.environ:
         return "-pch" in os.environ["TVM_CUDA_NVRTC_EXTRA_OPTS"].split()
-    version = nvrtc_version()
-    if version is None or version < (12, 8):
+    if not _nvrtc_has_precompiled_headers():
         return False
     os.environ["TVM_CUDA_NVRTC_EXTRA_OPTS"] = NVRTC_PRECOMPILED_HEADER
     return True

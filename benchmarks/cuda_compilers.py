@@ -69,7 +69,7 @@ def main() -> None:
             _, _, _, tasks = model_tasks(spec, target, precision)
             for task in sorted(tasks, key=lambda t: -t.weight * t.flop)[: args.functions]:
                 for source in _sources(task, target, args.kernels, rng):
-                    kernels.append(_compile_three_ways(source, cuobjdump, scratch))
+                    kernels.append(_compile_each_way(source, cuobjdump, scratch))
                     rows.append([task.name[:36], *kernels[-1]["row"]])
     if not kernels:
         sys.exit("error: no config of these functions passed the check; raise --kernels or try another --seed")
@@ -119,7 +119,7 @@ def _sources(task: Any, target: Any, count: int, rng: np.random.Generator) -> li
     return sources
 
 
-def _compile_three_ways(source: str, cuobjdump: str, scratch: str) -> dict:
+def _compile_each_way(source: str, cuobjdump: str, scratch: str) -> dict:
     from tvm.support import nvcc as tvm_nvcc
 
     from autotvm.env import NVRTC_PRECOMPILED_HEADER
