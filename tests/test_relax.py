@@ -1,5 +1,7 @@
 """A PyTorch model through torch.export -> Relax: extract tasks, tune, build with the best records."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -332,3 +334,103 @@ def test_an_embedding_lookup_builds_without_tvms_out_of_bounds_warning_and_clamp
     np.testing.assert_array_equal(lookup([0, 9, 3]), weights[[0, 9, 3]])
     np.testing.assert_array_equal(lookup([0, 12, -20]), weights[[0, 9, 0]])
     assert "out-of-bounds" not in capfd.readouterr().err
+
+
+def _kernels(exe):
+    """The functions an executable calls, by name (a kernel each on a CPU; the VM's builtins left out)."""
+    return [name for name in re.findall(r"call  ([a-zA-Z_0-9]+) ", exe.as_text()) if not name.startswith("vm")]
+
+
+def test_a_bert_layer_is_fewer_larger_kernels_and_computes_the_same():
+    """A Hugging Face BERT layer with bound weights: its query, key and value projections are one
+    matmul of three times the columns, read through slices (no split that copies them); its
+    residual adds, GELU and attention mask are in the kernels of the matmuls before them; its
+    softmax is one function. Its outputs are PyTorch's."""
+    import transformers
+
+    from tools.models import Model, bound_params
+
+    torch.manual_seed(0)
+    config = transformers.BertConfig(hidden_size=64, num_hidden_layers=1, num_attention_heads=4,
+                                     intermediate_size=128, vocab_size=100)
+    model = Model("bert", transformers.BertModel(config).eval(), (torch.randint(0, 100, (1, 16)),))
+    mod, params = model.to_relax()
+    bound = bound_params(mod, params)
+    tasks = autotvm.task.extract_from_program(mod, "llvm", bound)
+    shapes = {t.name: [[int(d) for d in p.shape] for p in t.mod["main"].params] for t in tasks}
+    assert [name for name, s in shapes.items() if s[:2] == [[16, 64], [64, 192]]], shapes
+    assert [t.weight for t in tasks if shapes[t.name][:2] == [[16, 64], [64, 64]]] == [1], shapes  # output projection
+    exe = autotvm.build_program(mod, "llvm", bound)
+    kernels = _kernels(exe)
+    assert not [k for k in kernels if "split" in k], kernels
+    assert all("matmul" in k for k in kernels if "gelu" in k), kernels
+    # one layer: the embeddings' lookups, sum and norm (5), the pooler (1) and 13 for the layer:
+    # Q/K/V, its 3 slices into heads, QK^T with the mask, softmax, PV, the heads back, the output
+    # projection with its residual, 2 norms, the feed-forward's 2 matmuls
+    assert len(kernels) == 19, kernels
+    vm = relax.VirtualMachine(exe, tvm.cpu())
+    out = vm["main"](tvm.runtime.tensor(model.inputs[0].numpy()))
+    for got, expected in zip(out, model.torch_outputs()):
+        np.testing.assert_allclose(got.numpy(), expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
+
+
+def test_elementwise_ops_move_before_a_reshape_only_where_the_result_is_the_same():
+    """After a matmul reshaped to 3-D or 4-D: a full-shape add, a broadcast one along the new
+    leading axis and a scalar multiply go into the matmul's kernel; an add that broadcasts across
+    the heads the reshape made stays after it. Each output is NumPy's."""
+    from autotvm.task.matmul_fusion import epilogues_before_reshapes
+
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((16, 64), "float32"), rng.standard_normal((64, 64), "float32")
+    full, leading, heads = (rng.standard_normal(s, "float32") for s in ((1, 16, 64), (1, 1, 64), (1, 1, 4, 16)))
+    bb = relax.BlockBuilder()
+    data = relax.Var("x", relax.TensorType((16, 64), "float32"))
+    with bb.function("main", [data]):
+        with bb.dataflow():
+            y = [bb.emit(relax.op.matmul(data, relax.const(w))) for _ in range(3)]  # one each: a kernel
+            outs = [bb.emit(relax.op.add(bb.emit(relax.op.reshape(y[0], (1, 16, 64))), relax.const(full))),
+                    bb.emit(relax.op.multiply(relax.const(2.0), bb.emit(relax.op.add(
+                        relax.const(leading), bb.emit(relax.op.reshape(y[1], (1, 16, 64))))))),
+                    bb.emit(relax.op.add(bb.emit(relax.op.reshape(y[2], (1, 16, 4, 16))), relax.const(heads)))]
+            out = bb.emit_output(relax.Tuple(outs))
+        bb.emit_func_output(out)
+    exe = relax.build(autotvm.task.relax_integration.fuse_program(epilogues_before_reshapes(bb.get()), "llvm"),
+                      target="llvm")
+    kernels = _kernels(exe)
+    assert sum("matmul" in k and "add" in k for k in kernels) == 2 and len(kernels) == 4, kernels
+    got = relax.VirtualMachine(exe, tvm.cpu())["main"](tvm.runtime.tensor(x))
+    y = x @ w
+    expected = [y[None] + full, 2 * (leading + y[None]), y.reshape(1, 16, 4, 16) + heads]
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g.numpy(), e, rtol=1e-5, atol=1e-4)
+
+
+class MaskedAttention(torch.nn.Module):
+    """PyTorch's attention over 8 keys, the keys of query 3 all masked."""
+
+    def __init__(self):
+        super().__init__()
+        self.k, self.v = torch.nn.Parameter(torch.randn(1, 2, 8, 16)), torch.nn.Parameter(torch.randn(1, 2, 8, 16))
+        mask = torch.ones(1, 1, 8, 8, dtype=torch.bool)
+        mask[..., 3, :] = False
+        self.register_buffer("mask", mask)
+
+    def forward(self, q):
+        return torch.nn.functional.scaled_dot_product_attention(q, self.k, self.v, attn_mask=self.mask)
+
+
+def test_pytorchs_safe_softmax_is_one_function_with_zeros_for_a_row_of_masked_keys():
+    """The attention's softmax, which PyTorch exports with a second pass for rows whose keys are
+    all masked, is one function; its output is the attention's, zeros for the masked row."""
+    mod, params, x, _ = _seeded_program(MaskedAttention, (1, 2, 8, 16))
+    exe = autotvm.build_program(mod, "llvm")
+    kernels = _kernels(exe)
+    assert len([k for k in kernels if "softmax" in k]) == 1 and not [k for k in kernels if "equal" in k], kernels
+    got = _run(exe, params, x)
+    k, v = (p.numpy() for p in params[:2])
+    scores = x @ k.transpose(0, 1, 3, 2) / 4.0
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    weights /= weights.sum(-1, keepdims=True)
+    weights[..., 3, :] = 0
+    np.testing.assert_allclose(got, weights @ v, rtol=1e-5, atol=1e-5)
+    assert not got[..., 3, :].any()

@@ -1,4 +1,5 @@
-"""Readers of Relax calls that the program rewrites share (``bfloat16``, ``winograd``)."""
+"""Readers of Relax calls that the program rewrites share (``bfloat16``, ``winograd``,
+``matmul_fusion``, ``safe_softmax``), and the rewriter of a module's bindings."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import tvm
 from tvm import relax
+from tvm.relax.expr_functor import PyExprMutator, mutator
 
 
 def is_op(expr: Any, name: str) -> bool:
@@ -14,14 +16,18 @@ def is_op(expr: Any, name: str) -> bool:
     return isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == "relax." + name
 
 
+def shape_of(expr: Any) -> list[int] | None:
+    """A tensor's shape when every dimension is known."""
+    shape = getattr(getattr(expr, "ty", None), "shape", None)
+    values = getattr(shape, "values", None)
+    if values is None or not all(isinstance(getattr(d, "value", None), int) for d in values):
+        return None
+    return [int(d) for d in values]
+
+
 def static_shape(expr: Any) -> list[int] | None:
     """A float32 tensor's shape when every dimension is known."""
-    ty = getattr(expr, "ty", None)
-    shape = getattr(ty, "shape", None)
-    if getattr(ty, "dtype", None) != "float32" or shape is None or not all(
-            isinstance(getattr(d, "value", None), int) for d in shape.values):
-        return None
-    return [int(d) for d in shape.values]
+    return shape_of(expr) if getattr(getattr(expr, "ty", None), "dtype", None) == "float32" else None
 
 
 def constant(expr: Any) -> np.ndarray | None:
@@ -54,3 +60,31 @@ def nhwc_conv2d(call: Any) -> NHWCConv2D | None:
     if strides[0] != strides[1]:
         return None
     return NHWCConv2D(shape, weight, strides[0], tuple(int(p) for p in attrs.padding))
+
+
+def rewrite_bindings(mod: tvm.IRModule, rewrite: Any) -> tvm.IRModule:
+    """``mod`` with each call and tuple item of its Relax functions that ``rewrite(rewriter, expr)``
+    replaces (``rewriter.lookup(var)``: the value bound to a variable, or the expression itself;
+    ``rewriter.builder_.emit`` binds a new one); the bindings nothing uses any longer removed."""
+
+    @mutator
+    class Rewrite(PyExprMutator):
+        def lookup(self, expr: Any) -> Any:
+            value = self.lookup_binding(expr) if isinstance(expr, relax.Var) else None
+            return expr if value is None else value
+
+        def visit_call_(self, call: Any) -> Any:
+            call = self.visit_expr_post_order(call)
+            new = rewrite(self, call)
+            return call if new is None else new
+
+        def visit_tuple_getitem_(self, item: Any) -> Any:
+            item = self.visit_expr_post_order(item)
+            new = rewrite(self, item)
+            return item if new is None else new
+
+    rewriter = Rewrite(mod)
+    for gvar, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            rewriter.builder_.update_func(gvar, relax.analysis.remove_all_unused(rewriter.visit_expr(func)))
+    return rewriter.builder_.get()

@@ -16,6 +16,9 @@ import tvm
 from ..checks import AutoTVMError, check, choice
 from ..env import load_tensor_intrinsics, make_target, use_cuda_compiler
 from .layout_pads import nhwc_pads
+from .matmul_fusion import combine_parallel_matmuls, epilogues_before_reshapes
+from .relax_calls import is_op, rewrite_bindings
+from .safe_softmax import one_kernel_safe_softmax
 from .space import InstantiationError
 from . import x86_bf16
 from .bfloat16 import to_bfloat16
@@ -34,7 +37,11 @@ def prepare_program(mod: tvm.IRModule, params: dict | None = None, conv_layout: 
                     conv_algorithm: str = "direct", precision: str = "float32") -> tvm.IRModule:
     """Bind params, rewrite inference-only ops (batch norm becomes a scale and a shift that
     fold into constants and fuse into the preceding convolution) and set the layout of 2-D
-    convolutions.
+    convolutions. With the weights bound, matmuls that read one input (a transformer's query, key
+    and value projections) become one; elementwise ops on a reshaped matmul output (residual adds,
+    GELU, attention masks) move before the reshape, into the matmul's kernel
+    (``autotvm.task.matmul_fusion``); PyTorch's attention softmax becomes one function
+    (``autotvm.task.safe_softmax``).
 
     ``conv_layout="NHWC"`` converts convolutions to NHWC activations (OHWI weights), with one
     transpose where the model's own layout meets it: channels become the innermost axis, so a
@@ -68,7 +75,9 @@ def prepare_program(mod: tvm.IRModule, params: dict | None = None, conv_layout: 
         raise AutoTVMError("conv_algorithm 'winograd' needs conv_layout 'NHWC' or 'auto'")
     mod = clamped_takes(mod)
     if params:
+        mod = combine_parallel_matmuls(mod, set(params))
         mod = relax.transform.BindParams("main", params)(mod)
+    mod = one_kernel_safe_softmax(epilogues_before_reshapes(mod))
     if conv_layout == "auto":
         conv_layout = "NHWC" if _weights_are_constants(mod) else "NCHW"
     # batch norm folds into the weights and bias of the convolution before it (TVM's own pass, on
@@ -86,8 +95,8 @@ def prepare_program(mod: tvm.IRModule, params: dict | None = None, conv_layout: 
     if precision == "float16":
         passes += [relax.transform.ConvertToDataflow(), relax.transform.ToMixedPrecision(out_dtype="float32"),
                    relax.transform.FoldConstant()]  # the weights converted once
-    elif precision == "bfloat16":
-        passes += [to_bfloat16]
+    elif precision == "bfloat16":  # its casts and blocked layouts leave reshapes of reshapes
+        passes += [to_bfloat16, relax.transform.RemoveRedundantReshape()]
     with tvm.transform.PassContext(opt_level=3):
         return tvm.transform.Sequential(passes)(mod)
 
@@ -98,33 +107,12 @@ def clamped_takes(mod: tvm.IRModule) -> tvm.IRModule:
     legalization (``FoldConstant``'s included). Indices in range give the same values, as fast."""
     from tvm import relax
 
-    def clamp(_builder: Any, call: Any) -> Any:
-        if call.op.name == "relax.take" and call.attrs.mode == "fast":
+    def clamp(_rewriter: Any, call: Any) -> Any:
+        if is_op(call, "take") and call.attrs.mode == "fast":
             return relax.op.take(call.args[0], call.args[1], call.attrs.axis, mode="clip")
         return None
 
-    return _rewrite_calls(mod, clamp)
-
-
-def _rewrite_calls(mod: tvm.IRModule, rewrite: Any) -> tvm.IRModule:
-    """``mod`` with the operator calls of its Relax functions that ``rewrite(builder, call)``
-    replaces: it returns the new expression (binding any it needs with ``builder.emit``), or None
-    to keep the call."""
-    from tvm import relax
-    from tvm.relax.expr_functor import PyExprMutator, mutator
-
-    @mutator
-    class Rewrite(PyExprMutator):
-        def visit_call_(self, call: Any) -> Any:
-            call = self.visit_expr_post_order(call)
-            new = rewrite(self.builder_, call) if isinstance(call.op, tvm.ir.Op) else None
-            return call if new is None else new
-
-    rewriter = Rewrite(mod)
-    for gvar, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            rewriter.builder_.update_func(gvar, rewriter.visit_expr(func))
-    return rewriter.builder_.get()
+    return rewrite_bindings(mod, clamp)
 
 
 def _has_conv2d(mod: tvm.IRModule) -> bool:
@@ -232,15 +220,16 @@ def _float16_erf_in_float32(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
     transformer's layers compound. The casts fuse into the kernel of the op."""
     from tvm import relax
 
-    ops = {"relax.erf": relax.op.erf, "relax.nn.gelu": relax.op.nn.gelu}
+    ops = {"erf": relax.op.erf, "nn.gelu": relax.op.nn.gelu}
 
-    def widen(builder: Any, call: Any) -> Any:
-        if call.op.name in ops and str(getattr(call.args[0].ty, "dtype", "")) == "float16":
-            wide = builder.emit(relax.op.astype(call.args[0], "float32"))
-            return relax.op.astype(builder.emit(ops[call.op.name](wide)), "float16")
+    def widen(rewriter: Any, call: Any) -> Any:
+        name = next((name for name in ops if is_op(call, name)), None)
+        if name and str(getattr(call.args[0].ty, "dtype", "")) == "float16":
+            wide = rewriter.builder_.emit(relax.op.astype(call.args[0], "float32"))
+            return relax.op.astype(rewriter.builder_.emit(ops[name](wide)), "float16")
         return None
 
-    return _rewrite_calls(mod, widen)
+    return rewrite_bindings(mod, widen)
 
 
 def _fast_gelu(bb: Any, call: Any) -> Any:
