@@ -18,7 +18,7 @@ from ..env import load_tensor_intrinsics, make_target, use_cuda_compiler
 from .layout_pads import nhwc_pads
 from .matmul_fusion import combine_parallel_matmuls, epilogues_before_reshapes
 from .relax_calls import is_op, rewrite_bindings
-from .safe_softmax import one_kernel_safe_softmax
+from .safe_softmax import one_function_safe_softmax
 from .space import InstantiationError
 from . import x86_bf16
 from .bfloat16 import to_bfloat16
@@ -77,7 +77,7 @@ def prepare_program(mod: tvm.IRModule, params: dict | None = None, conv_layout: 
     if params:
         mod = combine_parallel_matmuls(mod, set(params))
         mod = relax.transform.BindParams("main", params)(mod)
-    mod = one_kernel_safe_softmax(epilogues_before_reshapes(mod))
+    mod = one_function_safe_softmax(epilogues_before_reshapes(mod))
     if conv_layout == "auto":
         conv_layout = "NHWC" if _weights_are_constants(mod) else "NCHW"
     # batch norm folds into the weights and bias of the convolution before it (TVM's own pass, on

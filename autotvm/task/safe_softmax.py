@@ -21,7 +21,7 @@ from tvm import relax, te, tirx, topi
 from .relax_calls import is_op, rewrite_bindings
 
 
-def one_kernel_safe_softmax(mod: tvm.IRModule) -> tvm.IRModule:
+def one_function_safe_softmax(mod: tvm.IRModule) -> tvm.IRModule:
     """``mod`` with each ``_safe_softmax`` over the last axis as one function."""
     return rewrite_bindings(mod, _safe_softmax)
 
