@@ -341,11 +341,8 @@ def _kernels(exe):
     return [name for name in re.findall(r"call  ([a-zA-Z_0-9]+) ", exe.as_text()) if not name.startswith("vm")]
 
 
-def test_a_bert_layer_is_fewer_larger_kernels_and_computes_the_same():
-    """A Hugging Face BERT layer with bound weights: its query, key and value projections are one
-    matmul of three times the columns, read through slices (no split that copies them); its
-    residual adds, GELU and attention mask are in the kernels of the matmuls before them; its
-    softmax is one function. Its outputs are PyTorch's."""
+def tiny_bert():
+    """(model, Relax module, its weights by name) of a one-layer Hugging Face BERT, 64 features, 16 tokens."""
     import transformers
 
     from tools.models import Model, bound_params
@@ -355,7 +352,15 @@ def test_a_bert_layer_is_fewer_larger_kernels_and_computes_the_same():
                                      intermediate_size=128, vocab_size=100)
     model = Model("bert", transformers.BertModel(config).eval(), (torch.randint(0, 100, (1, 16)),))
     mod, params = model.to_relax()
-    bound = bound_params(mod, params)
+    return model, mod, bound_params(mod, params)
+
+
+def test_a_bert_layer_is_fewer_larger_kernels_and_computes_the_same():
+    """A Hugging Face BERT layer with bound weights: its query, key and value projections are one
+    matmul of three times the columns, read through slices (no split that copies them); its
+    residual adds, GELU and attention mask are in the kernels of the matmuls before them; its
+    softmax is one function. Its outputs are PyTorch's."""
+    model, mod, bound = tiny_bert()
     tasks = autotvm.task.extract_from_program(mod, "llvm", bound)
     shapes = {t.name: [[int(d) for d in p.shape] for p in t.mod["main"].params] for t in tasks}
     assert [name for name, s in shapes.items() if s[:2] == [[16, 64], [64, 192]]], shapes
