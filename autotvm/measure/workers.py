@@ -27,8 +27,9 @@ _DEVICE_COMPILER = {"seconds": 0.0, "timed": False}  # this worker's time in the
 
 def init_builder(parent: int) -> None:
     """Build worker initializer: Ctrl-C is the tuning process's, and the worker dies with it.
-    TVM compiles CUDA kernels with the project's one CUDA compiler (``env.use_cuda_compiler``: nvcc
-    where it is installed), the one the tuned model is built with.
+    TVM compiles CUDA kernels with the project's one CUDA compiler (``env.use_cuda_compiler``: NVRTC
+    where it has a precompiled header, else nvcc where it is installed), the one the tuned model is
+    built with.
     Builds run at a lower priority (``BUILD_NICENESS``): where they overlap runs (rounds of a GPU's
     tasks in flight at once), the runner and the tuner get their core first."""
     _init_worker(parent)
