@@ -472,6 +472,29 @@ def test_a_whole_model_cuda_build_compiles_with_nvcc(precision, tmp_path, monkey
         check_cuda_kernels(exe, target)
 
 
+@pytest.mark.parametrize("precision", ["float32", "float16"])
+def test_on_a_gpu_a_bert_layers_deep_matmul_sums_its_k_in_parts_on_tensor_cores_and_compiles(precision):
+    """On a GPU (only there) a BERT layer's feed-forward down-projection (16x512x64) is two partial
+    products of 256 each, a task of its own whose float16 sketches are all on the tensor cores;
+    the whole build compiles with nvcc where it is installed."""
+    from test_relax import tiny_bert
+
+    _, mod, bound = tiny_bert()
+    target = autotvm.make_target({"kind": "cuda", "arch": "sm_90"})
+    tasks = [t for t in autotvm.task.extract_from_program(mod, target, bound, precision=precision)
+             if t.name.startswith("split_k_matmul")]
+    assert len(tasks) == 1 and [int(d) for d in tasks[0].mod["main"].params[2].shape] == [2, 16, 64]
+    if precision == "float16":
+        assert all("wmma_sync_16x16x16_f16f16f32" in str(trace) for trace in tasks[0].sketches)
+    assert not [t for t in autotvm.task.extract_from_program(mod, "llvm", bound) if "split_k" in t.name]
+    exe = autotvm.build_program(mod, target, bound, precision=precision)
+    assert "split_k_matmul" in exe.as_text()
+    if shutil.which("nvcc"):
+        from autotvm.measure.workers import check_cuda_kernels
+
+        assert check_cuda_kernels(exe, target) == 1
+
+
 def test_a_float16_build_converts_the_weights_once_and_keeps_float32_outputs():
     """float16 (Relax's ToMixedPrecision): the fused functions read float16 weights folded at
     build time and sum in float32, the model's outputs stay float32 and are close to PyTorch's

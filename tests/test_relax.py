@@ -342,14 +342,15 @@ def _kernels(exe):
 
 
 def tiny_bert():
-    """(model, Relax module, its weights by name) of a one-layer Hugging Face BERT, 64 features, 16 tokens."""
+    """(model, Relax module, its weights by name) of a one-layer Hugging Face BERT, 64 features (512 in
+    its feed-forward: its second matmul sums its K in parts on a GPU), 16 tokens."""
     import transformers
 
     from tools.models import Model, bound_params
 
     torch.manual_seed(0)
     config = transformers.BertConfig(hidden_size=64, num_hidden_layers=1, num_attention_heads=4,
-                                     intermediate_size=128, vocab_size=100)
+                                     intermediate_size=512, vocab_size=100)
     model = Model("bert", transformers.BertModel(config).eval(), (torch.randint(0, 100, (1, 16)),))
     mod, params = model.to_relax()
     return model, mod, bound_params(mod, params)
@@ -408,6 +409,47 @@ def test_elementwise_ops_move_before_a_reshape_only_where_the_result_is_the_same
     expected = [y[None] + full, 2 * (leading + y[None]), y.reshape(1, 16, 4, 16) + heads]
     for g, e in zip(got, expected):
         np.testing.assert_allclose(g.numpy(), e, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("precision", ["float32", "float16"])
+def test_a_deep_narrow_matmul_sums_its_k_in_parts_with_its_epilogue_in_the_kernel_that_adds_them(precision):
+    """A 32x1024x64 matmul with a constant weight is four partial products of 256 each, side by
+    side in one function, then one kernel adds them with the bias and the ReLU; float16 inputs
+    sum in float32 as before. The output is NumPy's. A shallow matmul stays as it was."""
+    from autotvm.task.split_k import split_factor, split_k_matmuls
+
+    assert (split_factor(32, 1024, 64), split_factor(128, 1536, 384), split_factor(128, 384, 384)) == (4, 4, 1)
+    assert (split_factor(1, 4096, 64), split_factor(128, 1536, 4096), split_factor(64, 1000, 64)) == (1, 1, 2)
+    rng = np.random.default_rng(0)
+    x, w, bias = (rng.standard_normal(s, "float32") for s in ((32, 1024), (1024, 64), (64,)))
+    bb = relax.BlockBuilder()
+    data = relax.Var("x", relax.TensorType((32, 1024), "float32"))
+    with bb.function("main", [data]):
+        with bb.dataflow():
+            if precision == "float16":
+                y = bb.emit(relax.op.matmul(bb.emit(relax.op.astype(data, "float16")),
+                                            relax.const(w.astype("float16")), out_dtype="float32"))
+            else:
+                y = bb.emit(relax.op.matmul(data, relax.const(w)))
+            deep = bb.emit(relax.op.nn.relu(bb.emit(relax.op.add(y, relax.const(bias)))))
+            shallow = bb.emit(relax.op.matmul(deep, relax.const(w[:64])))
+            out = bb.emit_output(relax.Tuple([deep, shallow]))
+        bb.emit_func_output(out)
+    mod = split_k_matmuls(bb.get())
+    exe = relax.build(autotvm.task.relax_integration.fuse_program(mod, "llvm"), target="llvm")
+    kernels = _kernels(exe)
+    assert len([k for k in kernels if k.startswith("split_k_matmul")]) == 1, kernels
+    assert [k for k in kernels if "add" in k and "relu" in k and "strided_slice" in k], kernels
+    assert len([k for k in kernels if "matmul" in k]) == 2, kernels
+    split = next(f for g, f in mod.functions_items() if g.name_hint.startswith("split_k_matmul"))
+    assert [[int(d) for d in p.shape] for p in split.params] == [[32, 4, 256], [4, 256, 64], [4, 32, 64]]
+    assert str(split.params[2].dtype) == "float32"
+    deep, shallow = relax.VirtualMachine(exe, tvm.cpu())["main"](tvm.runtime.tensor(x))
+    tolerance = 1e-4 if precision == "float32" else 1e-2
+    expected = np.maximum(x @ w + bias, 0)
+    np.testing.assert_allclose(deep.numpy(), expected, rtol=tolerance, atol=tolerance * np.abs(expected).max())
+    np.testing.assert_allclose(shallow.numpy(), expected @ w[:64], rtol=tolerance,
+                               atol=tolerance * np.abs(expected @ w[:64]).max())
 
 
 class MaskedAttention(torch.nn.Module):

@@ -19,6 +19,7 @@ from .layout_pads import nhwc_pads
 from .matmul_fusion import combine_parallel_matmuls, epilogues_before_reshapes
 from .relax_calls import is_op, rewrite_bindings
 from .safe_softmax import one_function_safe_softmax
+from .split_k import split_k_matmuls
 from .space import InstantiationError
 from . import x86_bf16
 from .bfloat16 import to_bfloat16
@@ -152,7 +153,9 @@ def fuse_program(mod: tvm.IRModule, target: Any) -> tvm.IRModule:
     When the weights are constants, their buffers are marked layout-free (TVM's CPU weight
     prepack, as in ``static_shape_tuning_pipeline(cpu_weight_prepack=True)``): a tuned kernel may
     then read its weights in a blocked layout, which ``build_program`` computes once at compile
-    time. Tuning times kernels under the same convention (rewrite block removed)."""
+    time. Tuning times kernels under the same convention (rewrite block removed).
+
+    On a GPU, a deep matmul with few outputs sums its K in parts (``autotvm.task.split_k``)."""
     from tvm import relax
     from tvm.relax import pipeline as relax_pipeline
 
@@ -161,6 +164,8 @@ def fuse_program(mod: tvm.IRModule, target: Any) -> tvm.IRModule:
         dispatch = list(relax_pipeline.library_dispatch_passes(target))
     except (ValueError, AttributeError):
         dispatch = []
+    if relax_pipeline.BackendDispatcher.is_gpu_target(target):
+        mod = split_k_matmuls(mod)
     seq = tvm.transform.Sequential([
         *dispatch,
         _float16_erf_in_float32,
