@@ -6,7 +6,8 @@
 For the config's model and the target's architecture (``--arch``; default sm_90, an H100/H200),
 random configs of the costliest functions (weight x FLOPs) are checked as a tune checks them,
 first from their tile sizes alone (threads per block), then by replaying the schedule (shared memory
-from its loops, then the postprocessors, then each thread's own buffers against its registers);
+from its loops, then the postprocessors, then each thread's own buffers against its registers, then
+float16 reads that TVM's code generator cannot vectorize);
 ``--builds`` accepted configs of each function are then built one at a time on one core by the
 builder's own function (``autotvm.measure.workers.build_artifact``: TVM's lowering, nvcc where it
 is installed, the library's export). It prints the check's cost and acceptance, how many built,
@@ -87,13 +88,13 @@ def main() -> None:
                     built_, same = _same_source_neighbours(task, accepted[: args.neighbours], mutations)
                     neighbours = [neighbours[0] + built_, neighbours[1] + same]
     print(tabulate.tabulate(rows, headers=["function", "accepted", "rejected from tiles", "then from loops",
-                                           "then from registers", "replay ms", "check ms",
+                                           "then from registers", "then float16 gathers", "replay ms", "check ms",
                                            "built", "build s median", "build s max"]))
     print(f"{config.models[0].name} {precision} for {args.arch}, nvcc: {find_nvcc() or 'not installed (lowering only)'}; "
           "a config's mean time, one core: replay ms, replaying it and running the postprocessors; check ms, the "
           f"tune's check (threads per block from its tiles, then shared memory from the replayed loops, then the "
-          f"postprocessors, then a thread's own buffers against its registers); configs the check and the replay "
-          f"disagree on, registers aside: {disagreements}")
+          f"postprocessors, then a thread's own buffers against its registers, then float16 reads TVM cannot "
+          f"vectorize); configs the check and the replay disagree on, registers and gathers aside: {disagreements}")
     if builds:
         draws = rng.choice(builds, size=(2000, args.workers))
         nvcc = f" ({np.mean(in_nvcc):.2f} s of it in nvcc)" if find_nvcc() else ""
@@ -147,13 +148,13 @@ def _sample(task: Any, args: argparse.Namespace, rng: np.random.Generator, out_d
     ones and as many of those only the register check rejects (what it saves); returns the table's
     row, ``{"accepted": (configs, seconds, seconds in nvcc), "registers": (the same), "counts":
     {False: accepted, True: rejected for registers}}`` and the configs the check and the replay
-    disagree on (registers aside)."""
+    disagree on (registers and gathers aside)."""
     from autotvm.task.space import InstantiationError
 
     space = task.config_space
     check = replay = 0.0
     wrong = 0
-    accepted, over, from_tiles, from_loops = [], [], 0, 0
+    accepted, over, from_tiles, from_loops, gathers = [], [], 0, 0, 0
     for _ in range(args.checks):
         config = space.get(int(rng.integers(space.range_length)))
         start = time.perf_counter()
@@ -168,9 +169,10 @@ def _sample(task: Any, args: argparse.Namespace, rng: np.random.Generator, out_d
         check += time.perf_counter() - start
         from_tiles += why is not None and "threads per block" in why
         from_loops += why is not None and "shared memory per block" in why
+        gathers += why is not None and "cannot gather" in why  # replayed well, would not compile
         if why is not None and "local memory per thread" in why:  # replayed well, kept from building
             over.append(config)
-        elif (why is None) != ok:  # the check and the replay disagree (none expected)
+        elif (why is None) != ok and not (why and "cannot gather" in why):  # the check and the replay disagree (none expected)
             wrong += 1
         if why is None:
             accepted.append(config)
@@ -181,6 +183,7 @@ def _sample(task: Any, args: argparse.Namespace, rng: np.random.Generator, out_d
     row = [task.name[:36], f"{len(accepted)}/{args.checks}", f"{from_tiles}/{args.checks - len(accepted)}",
            f"{from_loops}/{args.checks - len(accepted) - from_tiles}",
            f"{len(over)}/{args.checks - len(accepted) - from_tiles - from_loops}",
+           f"{gathers}/{args.checks - len(accepted) - from_tiles - from_loops - len(over)}",
            f"{1e3 * replay / args.checks:.1f}", f"{1e3 * check / args.checks:.1f}",
            f"{len(times)}/{len(accepted[: args.builds])}",
            f"{np.median(times):.2f}" if times else "-", f"{max(times):.2f}" if times else "-"]

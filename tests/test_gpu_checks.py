@@ -370,12 +370,18 @@ def test_the_cuda_compiler_callback_is_timed_and_still_compiles(monkeypatch):
 
 
 def _fp16_matmul(n=256, sums="float16"):
+    return _fp16_matmul_of(n, n, n, sums)
+
+
+def _fp16_matmul_of(rows, depth, columns, sums="float32"):
+    """A float16 ``rows`` x ``depth`` by ``depth`` x ``columns`` matmul summing in ``sums``."""
     from tvm import te
 
-    a = te.placeholder((n, n), name="A", dtype="float16")
-    b = te.placeholder((n, n), name="B", dtype="float16")
-    k = te.reduce_axis((0, n), name="k")
-    c = te.compute((n, n), lambda i, j: te.sum(a[i, k].astype(sums) * b[k, j].astype(sums), axis=k), name="C")
+    a = te.placeholder((rows, depth), name="A", dtype="float16")
+    b = te.placeholder((depth, columns), name="B", dtype="float16")
+    k = te.reduce_axis((0, depth), name="k")
+    c = te.compute((rows, columns), lambda i, j: te.sum(a[i, k].astype(sums) * b[k, j].astype(sums), axis=k),
+                   name="C")
     return te.create_prim_func([a, b, c])
 
 
@@ -420,6 +426,47 @@ def test_float16_matmuls_that_sum_in_float32_build_on_tensor_cores():
             from autotvm.measure.workers import check_cuda_kernels
 
             check_cuda_kernels(lib, task.target)
+
+
+def _copy(dtype, lanes, transposed):
+    """A 64x64 copy whose threads read ``lanes`` values at once, down a column where ``transposed``."""
+    from tvm import te
+    from tvm.s_tir import Schedule
+
+    a = te.placeholder((64, 64), dtype, name="A")
+    b = te.compute((64, 64), (lambda i, j: a[j, i]) if transposed else (lambda i, j: a[i, j]), name="B")
+    sch = Schedule(te.create_prim_func([a, b]))
+    i, j = sch.get_loops(sch.get_sblock("B"))
+    outer, inner = sch.split(j, [None, lanes])
+    sch.bind(i, "blockIdx.x")
+    sch.bind(outer, "threadIdx.x")
+    sch.vectorize(inner)
+    return sch.mod
+
+
+def test_a_float16_config_that_gathers_8_values_at_once_is_rejected_before_building():
+    """TVM 0.27's CUDA code generator writes a vector of 8 float16 values that are not side by
+    side as code nvcc refuses (a 16 it cannot write at all); the check rejects such a config
+    before building: a copy down a column 8 or 16 at a time, not 4 at a time, not along a row,
+    not in float32. Some configs of a 128x384x1536 float16 matmul (its weight tile read down its
+    columns into shared memory) are such; nvcc compiles the others (where it is installed)."""
+    from autotvm.task.trace_task import _float16_gathers
+
+    target = autotvm.make_target({"kind": "cuda", "arch": "sm_90"})
+    cases = {(dtype, lanes, transposed): _copy(dtype, lanes, transposed)
+             for dtype in ("float16", "float32") for lanes in (4, 8, 16) for transposed in (True, False)}
+    rejected = {case for case, mod in cases.items() if _float16_gathers(mod) is not None}
+    assert rejected == {("float16", 8, True), ("float16", 16, True)}
+    if shutil.which("nvcc"):
+        from autotvm.measure.workers import check_cuda_kernels
+
+        with pytest.raises(Exception, match="too many arguments"):
+            check_cuda_kernels(tvm.compile(cases["float16", 8, True], target=target), target)
+        check_cuda_kernels(tvm.compile(cases["float16", 4, True], target=target), target)
+    task = autotvm.task.create_from_primfunc(_fp16_matmul_of(128, 384, 1536), target, name="mm-f16-128x384x1536")
+    reasons = [task.check(task.config_space.get(int(i)))
+               for i in np.random.default_rng(0).integers(0, len(task.config_space), 300)]
+    assert any(why and "gather 8 or more float16" in why for why in reasons)
 
 
 def test_metaschedule_beside_our_tuners_searches_the_same_tensor_core_kernels():

@@ -21,6 +21,7 @@ from typing import Any
 
 import diskcache
 import tvm
+import tvm_ffi
 from tvm.s_tir import Schedule
 from tvm.s_tir import transform as s_tir_transform
 from tvm.s_tir.analysis import calculate_allocated_bytes
@@ -195,6 +196,7 @@ class TraceTask(Task):
         self._checked: collections.OrderedDict[int, tvm.IRModule] = collections.OrderedDict()
         self._checked_lock = threading.Lock()
         self.sketches = _design_space_traces(mod, target, self._ctx)
+        self._reads_float16 = any(dtype == "float16" for _, _, dtype in buffer_signature(mod))
         if not self.sketches:
             raise InstantiationError(f"MetaSchedule produced no design space for {name!r}")
         space, self._bindings = self._build_space()
@@ -333,7 +335,8 @@ class TraceTask(Task):
         are read from the tile sizes first, then the shared memory from the replayed loops; only
         a config within both goes through the postprocessors. On a GPU a config they accept is
         rejected still where a thread's own buffers outgrow its registers
-        (``_local_memory_over_registers``)."""
+        (``_local_memory_over_registers``) or where it gathers 8 float16 values at once
+        (``_float16_gathers``)."""
         why = self._threads_out_of_limits(config)
         if why is not None:
             return why
@@ -346,6 +349,8 @@ class TraceTask(Task):
         except InstantiationError as err:
             return str(err)
         why = _local_memory_over_registers(mod) if self.target.kind.name == "cuda" else None
+        if why is None and self.target.kind.name == "cuda" and self._reads_float16:
+            why = _float16_gathers(mod)
         if why is not None:
             return why
         with self._checked_lock:
@@ -492,6 +497,64 @@ def _local_memory_over_registers(mod: tvm.IRModule) -> str | None:
     if words > REGISTERS_PER_THREAD:
         return (f"{words} 32-bit words of local memory per thread; a thread holds at most {REGISTERS_PER_THREAD} "
                 "in registers")
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _block_lowering() -> tvm.transform.Pass:
+    """TVM's lowering as far as loops over buffers of their own shape (no blocks, not flattened)."""
+    return tvm.transform.Sequential([
+        s_tir_transform.LowerInitBlock(), s_tir_transform.PlanAndUpdateBufferAllocationLocation(),
+        s_tir_transform.ConvertBlocksToOpaque(), s_tir_transform.CompactBufferAllocation(),
+        s_tir_transform.LowerOpaqueBlock(),
+    ])
+
+
+def _float16_gathers(mod: tvm.IRModule) -> str | None:
+    """Why a postprocessed GPU program cannot build, or None: a vectorized loop of 8 or more lanes
+    reads float16 values that are not side by side in memory (a tile of a transposed weight copied
+    to shared memory). TVM 0.27's CUDA code generator writes 8 such values as one ``make_uint4`` of
+    8 arguments, which nvcc refuses, and stops on 16; 2 and 4 lanes build. Each read's addresses are
+    evaluated for the loop's lanes with every other variable at 0."""
+    try:
+        lowered = _block_lowering()(mod)
+    except Exception:  # TVM's lowering stops on it: the build says why, as a failed trial
+        return None
+    analyzer = tvm.sym.Analyzer()
+    found: list[str] = []
+
+    def address(load: Any, lane_var: Any, lane: int) -> int:
+        def value(var: Any) -> Any:
+            if not isinstance(var.ty, tvm.ir.PrimType):
+                return var
+            return tvm.tirx.IntImm(var.ty.dtype, lane if var.same_as(lane_var) else 0)
+
+        offset = 0
+        for index, extent in zip(load.indices, load.source.shape):
+            offset = offset * int(extent) + int(analyzer.simplify(tvm_ffi.structural_map(index, [(tvm.tirx.Var, value)])))
+        return offset
+
+    def vector_loop(loop: Any) -> None:
+        if found or loop.kind != tvm.tirx.ForKind.VECTORIZED or not isinstance(loop.extent, tvm.tirx.IntImm) \
+                or loop.extent.value < 8:
+            return
+        lanes = int(loop.extent.value)
+
+        def read(load: Any) -> None:
+            if found or str(load.source.dtype) != "float16" or \
+                    not all(isinstance(d, tvm.tirx.IntImm) for d in load.source.shape):
+                return
+            addresses = [address(load, loop.loop_var, lane) for lane in range(lanes)]
+            if len(set(addresses)) > 1 and any(b - a != 1 for a, b in zip(addresses, addresses[1:])):
+                found.append(f"{lanes} float16 values of {load.source.name} {addresses[1] - addresses[0]} apart")
+
+        tvm_ffi.structural_walk(loop.body, [(tvm.ir.TensorLoad, read)])
+
+    for func in lowered.functions.values():
+        if isinstance(func, tvm.tirx.PrimFunc):
+            tvm_ffi.structural_walk(func.body, [(tvm.tirx.For, vector_loop)])
+    if found:
+        return f"a vector load of {found[0]}: TVM's CUDA code generator cannot gather 8 or more float16 values"
     return None
 
 
