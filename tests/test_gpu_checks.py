@@ -520,26 +520,30 @@ def test_a_whole_model_cuda_build_compiles_with_nvcc(precision, tmp_path, monkey
 
 
 @pytest.mark.parametrize("precision", ["float32", "float16"])
-def test_on_a_gpu_a_bert_layers_deep_matmul_sums_its_k_in_parts_on_tensor_cores_and_compiles(precision):
+def test_on_a_gpu_deep_matmuls_and_convolutions_sum_in_parts_on_tensor_cores_and_compile(precision):
     """On a GPU (only there) a BERT layer's feed-forward down-projection (16x512x64) is two partial
-    products of 256 each, a task of its own whose float16 sketches are all on the tensor cores;
-    the whole build compiles with nvcc where it is installed."""
-    from test_relax import tiny_bert
+    products of 256 each and a 3x3 convolution of 256 channels on 8x8 pixels eight of 32 input
+    channels each: tasks of their own whose float16 sketches are all on the tensor cores; the
+    whole builds compile with nvcc where it is installed."""
+    from test_relax import conv_block, tiny_bert
 
-    _, mod, bound = tiny_bert()
     target = autotvm.make_target({"kind": "cuda", "arch": "sm_90"})
-    tasks = [t for t in autotvm.task.extract_from_program(mod, target, bound, precision=precision)
-             if t.name.startswith("split_k_matmul")]
-    assert len(tasks) == 1 and [int(d) for d in tasks[0].mod["main"].params[2].shape] == [2, 16, 64]
-    if precision == "float16":
-        assert all("wmma_sync_16x16x16_f16f16f32" in str(trace) for trace in tasks[0].sketches)
-    assert not [t for t in autotvm.task.extract_from_program(mod, "llvm", bound) if "split_k" in t.name]
-    exe = autotvm.build_program(mod, target, bound, precision=precision)
-    assert "split_k_matmul" in exe.as_text()
-    if shutil.which("nvcc"):
-        from autotvm.measure.workers import check_cuda_kernels
+    _, bert, bound = tiny_bert()
+    conv, _, _ = conv_block(2)
+    for mod, params, name, shape in ((bert, bound, "split_k_matmul", [2, 16, 64]),
+                                     (conv, None, "split_k_conv2d", [8, 1, 8, 8, 256])):
+        tasks = [t for t in autotvm.task.extract_from_program(mod, target, params, precision=precision)
+                 if t.name.startswith(name)]
+        assert len(tasks) == 1 and [int(d) for d in tasks[0].mod["main"].params[-1].shape] == shape
+        if precision == "float16":
+            assert all("wmma_sync_16x16x16_f16f16f32" in str(trace) for trace in tasks[0].sketches)
+        assert not [t for t in autotvm.task.extract_from_program(mod, "llvm", params) if "split_k" in t.name]
+        exe = autotvm.build_program(mod, target, params, precision=precision)
+        assert name in exe.as_text()
+        if shutil.which("nvcc"):
+            from autotvm.measure.workers import check_cuda_kernels
 
-        assert check_cuda_kernels(exe, target) == 1
+            assert check_cuda_kernels(exe, target) == 1
 
 
 def test_a_float16_build_converts_the_weights_once_and_keeps_float32_outputs():

@@ -155,7 +155,8 @@ def fuse_program(mod: tvm.IRModule, target: Any) -> tvm.IRModule:
     then read its weights in a blocked layout, which ``build_program`` computes once at compile
     time. Tuning times kernels under the same convention (rewrite block removed).
 
-    On a GPU, a deep matmul with few outputs sums its K in parts (``autotvm.task.split_k``)."""
+    On a GPU, a deep matmul or convolution with few outputs sums its K in parts
+    (``autotvm.task.split_k``)."""
     from tvm import relax
     from tvm.relax import pipeline as relax_pipeline
 

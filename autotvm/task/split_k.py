@@ -1,17 +1,19 @@
-"""Split-K for a GPU's deep, narrow matmuls: more blocks where the outputs alone are too few.
+"""Split-K for a GPU's deep, narrow matmuls and convolutions: more blocks where the outputs alone
+are too few.
 
 A GPU kernel of a matmul gives each thread a few outputs and their whole sum over K. Where the
 outputs are few and K is deep (a transformer's feed-forward down-projection at batch 1: 128 rows,
-384 columns, 1536 deep) there are too few threads to keep the GPU's cores busy, and each walks a
-long sum. ``split_k_matmuls`` splits such a sum in ``S`` parts: one kernel computes the ``S``
-partial products side by side (a batched matmul that reads the input in place, tuned as a task of
-its own), and the kernel after it adds the parts, with the matmul's epilogue (bias, residual add,
-activation) fused into it. cuBLAS chooses split-K for such shapes in the same way.
+384 columns, 1536 deep; a ResNet's 3x3 convolution at 7x7 with 512 channels: 49 pixels, 512
+channels, 3 x 3 x 512 deep) there are too few threads to keep the GPU's cores busy, and each walks
+a long sum. ``split_k_matmuls`` splits such a sum in ``S`` parts (a convolution's along its input
+channels): one kernel computes the ``S`` partial products side by side (reading the input in
+place, tuned as a task of its own), and the kernel after it adds the parts, with the epilogue
+(bias, residual add, activation) fused into it, as cuBLAS's split-K algorithms do.
 
 ``S`` is the largest power of two that keeps at least ``MIN_DEPTH`` of K in each part and the
 partial products within ``MAX_OUTPUTS`` values; matmuls with fewer than ``MIN_ROWS`` rows (a
 matrix-vector product, which its default GPU schedule already reduces across threads) and
-matmuls whose weight is not a constant stay as they are.
+those whose weight is not a constant stay as they are.
 """
 
 from __future__ import annotations
@@ -24,28 +26,38 @@ from tvm import relax, te
 from .relax_calls import is_op, rewrite_bindings, shape_of
 
 MIN_DEPTH = 256  # the least of K a part sums
-MAX_OUTPUTS = 1 << 18  # the most partial products (S x rows x columns) a split may write
+# the most partial products (S x rows x columns) a split writes: about one a thread of what an
+# H100/H200 holds at once (132 multiprocessors x 2048 threads)
+MAX_OUTPUTS = 1 << 18
 MIN_ROWS = 16
 
 
-def split_factor(rows: int, depth: int, columns: int) -> int:
-    """How many parts a ``rows`` x ``depth`` x ``columns`` matmul's sum is split into (1: none)."""
+def split_factor(rows: int, depth: int, columns: int, divides: int | None = None) -> int:
+    """How many parts a ``rows`` x ``depth`` x ``columns`` matmul's sum is split into (1: none); the
+    parts divide ``divides`` (a convolution's input channels; default ``depth``)."""
+    divides = depth if divides is None else divides
     if rows < MIN_ROWS:
         return 1
     parts = 1
-    while depth % (2 * parts) == 0 and depth // (2 * parts) >= MIN_DEPTH \
+    while divides % (2 * parts) == 0 and depth // (2 * parts) >= MIN_DEPTH \
             and 2 * parts * rows * columns <= MAX_OUTPUTS:
         parts *= 2
     return parts
 
 
 def split_k_matmuls(mod: tvm.IRModule) -> tvm.IRModule:
-    """``mod`` with each matmul of an input ``[..., M, K]`` by a constant ``[K, N]`` weight that
-    ``split_factor`` splits computed as ``S`` partial products and their sum."""
-    return rewrite_bindings(mod, _split)
+    """``mod`` with each matmul of an input ``[..., M, K]`` by a constant ``[K, N]`` weight, and each
+    NHWC convolution with a constant OHWI weight (one group, no dilation), that ``split_factor``
+    splits computed as ``S`` partial products and their sum (a convolution's K: its window times
+    its input channels, split along the channels)."""
+    def split(rewriter: Any, call: Any) -> Any:
+        new = _split_matmul(rewriter, call)
+        return _split_conv2d(rewriter, call) if new is None else new
+
+    return rewrite_bindings(mod, split)
 
 
-def _split(rewriter: Any, call: Any) -> Any:
+def _split_matmul(rewriter: Any, call: Any) -> Any:
     if not is_op(call, "matmul"):
         return None
     data, weight = call.args
@@ -60,18 +72,49 @@ def _split(rewriter: Any, call: Any) -> Any:
     parts = split_factor(rows, depth, columns)
     if parts == 1:
         return None
-    out_dtype = str(call.ty.dtype)
     emit = rewriter.builder_.emit
     # the input read in place as [rows, parts, depth / parts]; the weight as [parts, depth / parts, columns]
     data = emit(relax.op.reshape(data, [rows, parts, depth // parts]))
     weight = relax.const(weight.value.numpy().reshape(parts, depth // parts, columns))
-    partial = emit(rewriter.builder_.call_te(_partial_products, data, weight, out_dtype,
+    partial = emit(rewriter.builder_.call_te(_partial_products, data, weight, str(call.ty.dtype),
                                              primfunc_name_hint="split_k_matmul"))
+    return _sum_of_parts(emit, partial, parts, [*shape[:-1], columns])
+
+
+def _split_conv2d(rewriter: Any, call: Any) -> Any:
+    if not is_op(call, "nn.conv2d"):
+        return None
+    attrs, (data, weight) = call.attrs, call.args
+    shape, out_shape = shape_of(data), shape_of(call)
+    if (not isinstance(weight, tvm.ir.expr.Constant) or shape is None or out_shape is None or int(attrs.groups) != 1
+            or [int(d) for d in attrs.dilation] != [1, 1] or len(set(int(s) for s in attrs.strides)) != 1
+            or (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout)) != ("NHWC", "OHWI", "NHWC")):
+        return None
+    channels_out, window_h, window_w, channels = (int(d) for d in weight.ty.shape)
+    batch, height, width, _ = out_shape
+    parts = split_factor(batch * height * width, window_h * window_w * channels, channels_out, divides=channels)
+    if parts == 1:
+        return None
+    emit = rewriter.builder_.emit
+    # the weight as [parts, O, KH, KW, C / parts]: each part's channels innermost, as in OHWI
+    value = weight.value.numpy().reshape(channels_out, window_h, window_w, parts, channels // parts)
+    weight = relax.const(value.transpose(3, 0, 1, 2, 4).copy())
+    partial = emit(rewriter.builder_.call_te(
+        _partial_convolutions, data, weight, int(attrs.strides[0]), [int(p) for p in attrs.padding],
+        str(call.ty.dtype), primfunc_name_hint="split_k_conv2d"))
+    return _sum_of_parts(emit, partial, parts, out_shape)
+
+
+def _sum_of_parts(emit: Any, partial: Any, parts: int, shape: list[int]) -> Any:
+    """The sum of ``partial``'s ``parts`` along its first axis in ``shape``, as slices and adds, which
+    fuse with the epilogue of the matmul or convolution (bias, residual, activation). The reshape
+    at the end, even to the shape the adds have, is what lets ``FuseOps`` put the epilogue in
+    their kernel (without it, an epilogue of a bias and a ReLU is a kernel of its own)."""
     total = None
-    for i in range(parts):  # slices and adds: elementwise, so they fuse with the epilogue
+    for i in range(parts):
         part = emit(relax.op.squeeze(emit(relax.op.strided_slice(partial, axes=[0], begin=[i], end=[i + 1])), [0]))
         total = part if total is None else emit(relax.op.add(total, part))
-    return relax.op.reshape(total, [*shape[:-1], columns])
+    return relax.op.reshape(total, shape)
 
 
 def _partial_products(data: te.Tensor, weight: te.Tensor, out_dtype: str) -> te.Tensor:
@@ -84,3 +127,25 @@ def _partial_products(data: te.Tensor, weight: te.Tensor, out_dtype: str) -> te.
                       lambda s, m, n: te.sum(data[m, s, k].astype(out_dtype) * weight[s, k, n].astype(out_dtype),
                                              axis=k),
                       name="split_k_matmul")
+
+
+def _partial_convolutions(data: te.Tensor, weight: te.Tensor, stride: int, padding: list[int],
+                          out_dtype: str) -> te.Tensor:
+    """``[parts, N, OH, OW, O]``: part ``s`` of an NHWC convolution's sum, over input channels
+    ``s * C / parts`` up to the next part's, summed in ``out_dtype``."""
+    from tvm import topi
+
+    parts, channels_out, window_h, window_w, channels = weight.shape
+    batch, height, width, _ = data.shape
+    top, left, bottom, right = padding
+    padded = topi.nn.pad(data, [0, top, left, 0], [0, bottom, right, 0], name="pad")
+    out_h = (height + top + bottom - window_h) // stride + 1
+    out_w = (width + left + right - window_w) // stride + 1
+    rh, rw = te.reduce_axis((0, window_h), name="rh"), te.reduce_axis((0, window_w), name="rw")
+    rc = te.reduce_axis((0, channels), name="rc")
+    return te.compute(
+        (parts, batch, out_h, out_w, channels_out),
+        lambda s, n, h, w, o: te.sum(
+            padded[n, h * stride + rh, w * stride + rw, s * channels + rc].astype(out_dtype)
+            * weight[s, o, rh, rw, rc].astype(out_dtype), axis=[rh, rw, rc]),
+        name="split_k_conv2d")
