@@ -97,21 +97,20 @@ def test_a_bert_layer_built_for_the_gpu_gives_pytorchs_outputs(precision):
         np.testing.assert_allclose(got.numpy(), expected, rtol=tolerance, atol=tolerance * np.abs(expected).max())
 
 
-@pytest.mark.parametrize("precision", ["float32", "float16"])
-def test_a_convolution_summed_in_parts_on_the_gpu_gives_pytorchs_outputs(precision):
+def test_a_float16_convolution_summed_in_parts_on_the_gpu_gives_pytorchs_outputs():
     """A 3x3 convolution of 256 channels on 8x8 pixels, with its bias and ReLU, built for the GPU
-    as eight partial convolutions and one kernel that adds them, computes what PyTorch does."""
+    in float16 as eight partial convolutions on the tensor cores and one kernel that adds them,
+    computes what PyTorch does in float32."""
     import numpy as np
     from tvm import relax
 
     from test_relax import conv_block
 
     mod, x, expected = conv_block(2)
-    exe = autotvm.build_program(mod, "cuda", precision=precision)
+    exe = autotvm.build_program(mod, "cuda", precision="float16")
     assert "split_k_conv2d" in exe.as_text()
     got = relax.VirtualMachine(exe, tvm.cuda(0))["main"](tvm.runtime.tensor(x, device=tvm.cuda(0))).numpy()
-    tolerance = 1e-4 if precision == "float32" else 2e-2
-    np.testing.assert_allclose(got, expected, rtol=tolerance, atol=tolerance * np.abs(expected).max())
+    np.testing.assert_allclose(got, expected, rtol=2e-2, atol=2e-2 * np.abs(expected).max())
 
 
 def test_pytorch_runs_on_the_gpu_in_the_run_precision():
