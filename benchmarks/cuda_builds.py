@@ -169,10 +169,11 @@ def _sample(task: Any, args: argparse.Namespace, rng: np.random.Generator, out_d
         check += time.perf_counter() - start
         from_tiles += why is not None and "threads per block" in why
         from_loops += why is not None and "shared memory per block" in why
-        gathers += why is not None and "cannot gather" in why  # replayed well, would not compile
+        gather = why is not None and "cannot gather" in why  # replayed well, would not compile
+        gathers += gather
         if why is not None and "local memory per thread" in why:  # replayed well, kept from building
             over.append(config)
-        elif (why is None) != ok and not (why and "cannot gather" in why):  # the check and the replay disagree (none expected)
+        elif (why is None) != ok and not gather:  # the check and the replay disagree (none expected)
             wrong += 1
         if why is None:
             accepted.append(config)

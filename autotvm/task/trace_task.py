@@ -531,7 +531,8 @@ def _float16_gathers(mod: tvm.IRModule) -> str | None:
 
         offset = 0
         for index, extent in zip(load.indices, load.source.shape):
-            offset = offset * int(extent) + int(analyzer.simplify(tvm_ffi.structural_map(index, [(tvm.tirx.Var, value)])))
+            at_lane = analyzer.simplify(tvm_ffi.structural_map(index, [(tvm.tirx.Var, value)]))
+            offset = offset * int(extent) + int(at_lane)
         return offset
 
     def vector_loop(loop: Any) -> None:
