@@ -36,8 +36,8 @@ def constant(expr: Any) -> np.ndarray | None:
 
 
 class NHWCConv2D(NamedTuple):
-    """A float32 NHWC/OHWI convolution of static shape, one group, no dilation, one stride for
-    both axes, with a constant weight."""
+    """An NHWC/OHWI convolution of static shape, one group, no dilation, one stride for both axes,
+    with a constant weight, its input and weight of one dtype (summed in it, or in float32)."""
 
     shape: list[int]  # the input's, NHWC
     weight: Any  # the constant, OHWI (its ``.value`` a tensor)
@@ -45,16 +45,16 @@ class NHWCConv2D(NamedTuple):
     padding: tuple[int, int, int, int]  # top, left, bottom, right
 
 
-def nhwc_conv2d(call: Any) -> NHWCConv2D | None:
-    """``call`` as an ``NHWCConv2D``, or None where it is not one."""
+def nhwc_conv2d(call: Any, dtype: str = "float32") -> NHWCConv2D | None:
+    """``call`` as an ``NHWCConv2D`` reading ``dtype``, or None where it is not one."""
     if not is_op(call, "nn.conv2d"):
         return None
     attrs, (data, weight) = call.attrs, call.args
-    shape = static_shape(data)
-    if (shape is None or not isinstance(weight, tvm.ir.expr.Constant) or weight.ty.dtype != "float32"
+    shape = shape_of(data) if getattr(getattr(data, "ty", None), "dtype", None) == dtype else None
+    if (shape is None or not isinstance(weight, tvm.ir.expr.Constant) or weight.ty.dtype != dtype
             or int(attrs.groups) != 1 or [int(d) for d in attrs.dilation] != [1, 1]
             or (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout)) != ("NHWC", "OHWI", "NHWC")
-            or str(attrs.out_dtype) not in ("None", "", "float32", "void")):
+            or str(attrs.out_dtype) not in ("None", "", "float32", "void", dtype)):
         return None
     strides = [int(s) for s in attrs.strides]
     if strides[0] != strides[1]:

@@ -18,12 +18,13 @@ those whose weight is not a constant stay as they are.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import tvm
 from tvm import relax, te
 
-from .relax_calls import is_op, rewrite_bindings, shape_of
+from .relax_calls import is_op, nhwc_conv2d, rewrite_bindings, shape_of
 
 MIN_DEPTH = 256  # the least of K a part sums
 # the most partial products (S x rows x columns) a split writes: about one a thread of what an
@@ -70,9 +71,7 @@ def _split_matmul(rewriter: Any, call: Any) -> Any:
             or len(weight_shape) != 2 or len(shape) < 2:
         return None
     depth, columns = weight_shape
-    rows = 1
-    for d in shape[:-1]:
-        rows *= d
+    rows = math.prod(shape[:-1])
     parts = split_factor(rows, depth, columns)
     if parts == 1:
         return None
@@ -86,15 +85,10 @@ def _split_matmul(rewriter: Any, call: Any) -> Any:
 
 
 def _split_conv2d(rewriter: Any, call: Any) -> Any:
-    if not is_op(call, "nn.conv2d"):
+    conv, out_shape = nhwc_conv2d(call, "float16"), shape_of(call)
+    if conv is None or out_shape is None:
         return None
-    attrs, (data, weight) = call.attrs, call.args
-    shape, out_shape = shape_of(data), shape_of(call)
-    if (not isinstance(weight, tvm.ir.expr.Constant) or str(weight.ty.dtype) != "float16" or shape is None
-            or out_shape is None or int(attrs.groups) != 1
-            or [int(d) for d in attrs.dilation] != [1, 1] or len(set(int(s) for s in attrs.strides)) != 1
-            or (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout)) != ("NHWC", "OHWI", "NHWC")):
-        return None
+    data, weight = call.args
     channels_out, window_h, window_w, channels = (int(d) for d in weight.ty.shape)
     batch, height, width, _ = out_shape
     parts = split_factor(batch * height * width, window_h * window_w * channels, channels_out, divides=channels)
@@ -104,9 +98,8 @@ def _split_conv2d(rewriter: Any, call: Any) -> Any:
     # the weight as [parts, O, KH, KW, C / parts]: each part's channels innermost, as in OHWI
     value = weight.value.numpy().reshape(channels_out, window_h, window_w, parts, channels // parts)
     weight = relax.const(value.transpose(3, 0, 1, 2, 4).copy())
-    partial = emit(rewriter.builder_.call_te(
-        _partial_convolutions, data, weight, int(attrs.strides[0]), [int(p) for p in attrs.padding],
-        str(call.ty.dtype), primfunc_name_hint="split_k_conv2d"))
+    partial = emit(rewriter.builder_.call_te(_partial_convolutions, data, weight, conv.stride, list(conv.padding),
+                                             str(call.ty.dtype), primfunc_name_hint="split_k_conv2d"))
     return _sum_of_parts(emit, partial, parts, out_shape)
 
 

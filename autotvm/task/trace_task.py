@@ -348,9 +348,7 @@ class TraceTask(Task):
             mod = self._postprocessed(sch).mod
         except InstantiationError as err:
             return str(err)
-        why = _local_memory_over_registers(mod) if self.target.kind.name == "cuda" else None
-        if why is None and self.target.kind.name == "cuda" and self._reads_float16:
-            why = _float16_gathers(mod)
+        why = _lowered_code_rejected(mod, self._reads_float16) if self.target.kind.name == "cuda" else None
         if why is not None:
             return why
         with self._checked_lock:
@@ -473,24 +471,41 @@ def _shared_memory_over_limit(sch: Schedule, target: tvm.target.Target) -> str |
 
 
 @functools.lru_cache(maxsize=None)
-def _thread_buffer_lowering() -> tvm.transform.Pass:
-    """TVM's lowering as far as a thread's buffers are allocated (built once, applied per config)."""
+def _loop_lowering() -> tvm.transform.Pass:
+    """TVM's lowering as far as loops over buffers of their own shape, each compacted to what a
+    thread or block uses (no blocks, not flattened; built once, applied per config)."""
     return tvm.transform.Sequential([
         s_tir_transform.LowerInitBlock(), s_tir_transform.PlanAndUpdateBufferAllocationLocation(),
         s_tir_transform.ConvertBlocksToOpaque(), s_tir_transform.CompactBufferAllocation(),
-        s_tir_transform.LowerOpaqueBlock(), tvm.tirx.transform.FlattenBuffer(), s_tir_transform.InjectVirtualThread(),
+        s_tir_transform.LowerOpaqueBlock(),
     ])
 
 
-def _local_memory_over_registers(mod: tvm.IRModule) -> str | None:
-    """Why a postprocessed GPU program's threads cannot keep their own buffers (scope ``local``:
+@functools.lru_cache(maxsize=None)
+def _thread_buffer_lowering() -> tvm.transform.Pass:
+    """After ``_loop_lowering``, as far as a thread's buffers are allocated."""
+    return tvm.transform.Sequential([tvm.tirx.transform.FlattenBuffer(), s_tir_transform.InjectVirtualThread()])
+
+
+def _lowered_code_rejected(mod: tvm.IRModule, reads_float16: bool) -> str | None:
+    """Why a postprocessed GPU program, lowered once to loops, cannot run or build as it is
+    (``_local_memory_over_registers``; ``_float16_gathers`` where it reads float16), or None."""
+    try:
+        loops = _loop_lowering()(mod)
+    except Exception:  # TVM's lowering stops on it: the build says why, as a failed trial
+        return None
+    return _local_memory_over_registers(loops) or (_float16_gathers(loops) if reads_float16 else None)
+
+
+def _local_memory_over_registers(loops: tvm.IRModule) -> str | None:
+    """Why a GPU program (lowered to loops) cannot keep its threads' own buffers (scope ``local``:
     a multi-level tiling's sums, once per virtual thread) in registers, or None: more 32-bit words
     a thread than ``REGISTERS_PER_THREAD``. Such a buffer lives in local memory (ptxas reports a
     stack frame for it), where every sum is a load and a store; nvcc also takes longest over
     such kernels. The buffers are counted as TVM's lowering allocates them (compacted to a
     thread's region, virtual threads injected), which is what the CUDA source declares."""
     try:
-        lowered = _thread_buffer_lowering()(mod)
+        lowered = _thread_buffer_lowering()(loops)
     except Exception:  # TVM's lowering stops on it: the build says why, as a failed trial
         return None
     words = sum(int(scopes.get("local", 0)) for scopes in calculate_allocated_bytes(lowered).values()) // 4
@@ -500,26 +515,12 @@ def _local_memory_over_registers(mod: tvm.IRModule) -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=None)
-def _block_lowering() -> tvm.transform.Pass:
-    """TVM's lowering as far as loops over buffers of their own shape (no blocks, not flattened)."""
-    return tvm.transform.Sequential([
-        s_tir_transform.LowerInitBlock(), s_tir_transform.PlanAndUpdateBufferAllocationLocation(),
-        s_tir_transform.ConvertBlocksToOpaque(), s_tir_transform.CompactBufferAllocation(),
-        s_tir_transform.LowerOpaqueBlock(),
-    ])
-
-
-def _float16_gathers(mod: tvm.IRModule) -> str | None:
-    """Why a postprocessed GPU program cannot build, or None: a vectorized loop of 8 or more lanes
+def _float16_gathers(loops: tvm.IRModule) -> str | None:
+    """Why a GPU program (lowered to loops) cannot build, or None: a vectorized loop of 8 or more lanes
     reads float16 values that are not side by side in memory (a tile of a transposed weight copied
     to shared memory). TVM 0.27's CUDA code generator writes 8 such values as one ``make_uint4`` of
     8 arguments, which nvcc refuses, and stops on 16; 2 and 4 lanes build. Each read's addresses are
     evaluated for the loop's lanes with every other variable at 0."""
-    try:
-        lowered = _block_lowering()(mod)
-    except Exception:  # TVM's lowering stops on it: the build says why, as a failed trial
-        return None
     analyzer = tvm.sym.Analyzer()
     found: list[str] = []
 
@@ -551,7 +552,7 @@ def _float16_gathers(mod: tvm.IRModule) -> str | None:
 
         tvm_ffi.structural_walk(loop.body, [(tvm.ir.TensorLoad, read)])
 
-    for func in lowered.functions.values():
+    for func in loops.functions.values():
         if isinstance(func, tvm.tirx.PrimFunc):
             tvm_ffi.structural_walk(func.body, [(tvm.tirx.For, vector_loop)])
     if found:
