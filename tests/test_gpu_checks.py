@@ -520,29 +520,33 @@ def test_a_whole_model_cuda_build_compiles_with_nvcc(precision, tmp_path, monkey
 
 
 @pytest.mark.parametrize("precision", ["float32", "float16"])
-def test_on_a_gpu_deep_matmuls_and_convolutions_sum_in_parts_on_tensor_cores_and_compile(precision):
+def test_on_a_gpu_attention_reads_in_place_and_deep_matmuls_and_convolutions_sum_in_parts(precision):
     """On a GPU (only there) a BERT layer's feed-forward down-projection (16x512x64) is two partial
-    products of 256 each and, in float16, a 3x3 convolution of 256 channels on 8x8 pixels eight
-    of 32 input channels each: tasks of their own whose float16 sketches are all on the tensor
-    cores; the whole builds compile with nvcc where it is installed."""
+    products of 256 each, its two attention matmuls read their heads in place, and, in float16, a
+    3x3 convolution of 256 channels on 8x8 pixels is eight of 32 input channels each: tasks of
+    their own whose float16 sketches are all on the tensor cores; the whole builds compile with
+    nvcc where it is installed."""
     from test_relax import conv_block, tiny_bert
 
     target = autotvm.make_target({"kind": "cuda", "arch": "sm_90"})
     _, bert, bound = tiny_bert()
     conv, _, _ = conv_block(2)
-    for mod, params, name, shape in ((bert, bound, "split_k_matmul", [2, 16, 64]),
-                                     (conv, None, "split_k_conv2d", [8, 1, 8, 8, 256])):
-        tasks = [t for t in autotvm.task.extract_from_program(mod, target, params, precision=precision)
-                 if t.name.startswith(name)]
-        if name == "split_k_conv2d" and precision == "float32":
-            assert not tasks  # on CUDA cores a convolution stays whole
-            continue
-        assert len(tasks) == 1 and [int(d) for d in tasks[0].mod["main"].params[-1].shape] == shape
-        if precision == "float16":
-            assert all("wmma_sync_16x16x16_f16f16f32" in str(trace) for trace in tasks[0].sketches)
-        assert not [t for t in autotvm.task.extract_from_program(mod, "llvm", params) if "split_k" in t.name]
+    for mod, params, names in ((bert, bound, {"split_k_matmul": [2, 16, 64], "view_matmul": None}),
+                               (conv, None, {"split_k_conv2d": [8, 1, 8, 8, 256]})):
+        extracted = autotvm.task.extract_from_program(mod, target, params, precision=precision)
+        for name, shape in names.items():
+            tasks = [t for t in extracted if name in t.name]
+            if name == "split_k_conv2d" and precision == "float32":
+                assert not tasks  # on CUDA cores a convolution stays whole
+                continue
+            assert len(tasks) == (2 if name == "view_matmul" else 1), [t.name for t in extracted]
+            assert shape is None or [int(d) for d in tasks[0].mod["main"].params[-1].shape] == shape
+            if precision == "float16":
+                assert all("wmma_sync_16x16x16_f16f16f32" in str(trace) for task in tasks for trace in task.sketches)
+        on_cpu = [t.name for t in autotvm.task.extract_from_program(mod, "llvm", params)]
+        assert not [name for name in on_cpu if "split_k" in name or "view_matmul" in name], on_cpu
         exe = autotvm.build_program(mod, target, params, precision=precision)
-        assert name in exe.as_text()
+        assert all(name in exe.as_text() for name in names if precision == "float16" or name != "split_k_conv2d")
         if shutil.which("nvcc"):
             from autotvm.measure.workers import check_cuda_kernels
 

@@ -360,9 +360,14 @@ def test_a_bert_layer_is_fewer_larger_kernels_and_computes_the_same():
     """A Hugging Face BERT layer with bound weights: its query, key and value projections are one
     matmul of three times the columns, read through slices (no split that copies them); its
     residual adds, GELU and attention mask are in the kernels of the matmuls before them; its
-    softmax is one function. Its outputs are PyTorch's."""
+    softmax is one function; the functions that only reshape (views in the build) are not tasks.
+    Its outputs are PyTorch's."""
     model, mod, bound = tiny_bert()
     tasks = autotvm.task.extract_from_program(mod, "llvm", bound)
+    fused = autotvm.task.relax_integration.fused_program(mod, "llvm", bound)
+    reshapes = {g.name_hint for g, f in fused.functions_items()
+                if isinstance(f, tvm.tirx.PrimFunc) and relax.analysis.has_reshape_pattern(f)}
+    assert reshapes and not [t.name for t in tasks if relax.analysis.has_reshape_pattern(t.mod["main"])], reshapes
     shapes = {t.name: [[int(d) for d in p.shape] for p in t.mod["main"].params] for t in tasks}
     assert [name for name, s in shapes.items() if s[:2] == [[16, 64], [64, 192]]], shapes
     assert [t.weight for t in tasks if shapes[t.name][:2] == [[16, 64], [64, 64]]] == [1], shapes  # output projection
@@ -450,6 +455,71 @@ def test_a_deep_narrow_matmul_sums_its_k_in_parts_with_its_epilogue_in_the_kerne
     np.testing.assert_allclose(deep.numpy(), expected, rtol=tolerance, atol=tolerance * np.abs(expected).max())
     np.testing.assert_allclose(shallow.numpy(), expected @ w[:64], rtol=tolerance,
                                atol=tolerance * np.abs(expected @ w[:64]).max())
+
+
+@pytest.mark.parametrize("precision", ["float32", "float16"])
+def test_a_bert_layers_attention_reads_its_heads_in_place_where_a_gpu_build_asks(precision):
+    """The rewrite a GPU build makes (``matmul_views``): a BERT layer's two attention matmuls read
+    the query, key and value heads where the projection wrote them, in views that give each head
+    an axis (the key through a view of its own), and write the heads of their output in the order
+    the output projection reads; the query's and key's scale go after the sum; in float16 the
+    softmax's cast to float16 goes into the softmax's kernel. The four copies a layer made are
+    gone. Built here for the CPU, its outputs are PyTorch's."""
+    from autotvm.task.matmul_views import matmuls_read_views
+    from autotvm.task.relax_integration import fuse_program, prepare_program
+
+    model, mod, bound = tiny_bert()
+    prepared = prepare_program(mod, bound, precision=precision)
+    rewritten = matmuls_read_views(prepared)
+    views = [[[int(d) for d in p.shape] for p in f.params]
+             for g, f in rewritten.functions_items() if g.name_hint.startswith("view_matmul")]
+    probabilities = [1, 4, 16, 16] if precision == "float32" else [4, 16, 16]  # float16: cast, then read
+    assert sorted(views) == sorted([[[16, 12, 16], [16, 12, 16], [4, 16, 16]],  # QK^T: 4 heads of 16 features
+                                    [probabilities, [16, 12, 16], [16, 4, 16]]]), views  # PV, then a view
+    assert "permute_dims" not in rewritten["main"].script() and "permute_dims" in prepared["main"].script()
+    before = _kernels(relax.build(fuse_program(prepared, "llvm"), target="llvm"))
+    exe = relax.build(fuse_program(rewritten, "llvm"), target="llvm")
+    kernels = _kernels(exe)
+    assert [k for k in before if "transpose" in k] and not [k for k in kernels if "transpose" in k], kernels
+    assert len(kernels) == len(before) - (4 if precision == "float32" else 5), (before, kernels)
+    out = relax.VirtualMachine(exe, tvm.cpu())["main"](tvm.runtime.tensor(model.inputs[0].numpy()))
+    tolerance = 1e-4 if precision == "float32" else 1e-2
+    for got, expected in zip(out, model.torch_outputs()):
+        np.testing.assert_allclose(got.numpy(), expected, rtol=tolerance, atol=tolerance * np.abs(expected).max())
+
+
+def test_a_matmul_of_two_activations_reads_a_view_in_place_only_where_it_is_affine():
+    """``matmul_views``: a batched matmul of a transposed activation, whose output is transposed
+    back and reshaped, is one function writing the transposed layout (the reshape then a view);
+    a matmul reading a transpose merged with a reshape (not an affine map of its source) and one
+    of a constant weight stay matmuls. Each output is NumPy's."""
+    from autotvm.task.matmul_views import matmuls_read_views
+    from autotvm.task.relax_integration import fuse_program
+
+    rng = np.random.default_rng(0)
+    x, y, w = (rng.standard_normal(s, "float32") for s in ((4, 8, 16), (8, 16, 4), (16, 4)))
+    bb = relax.BlockBuilder()
+    xv, yv = relax.Var("x", relax.TensorType(x.shape, "float32")), relax.Var("y", relax.TensorType(y.shape, "float32"))
+    with bb.function("main", [xv, yv]):
+        with bb.dataflow():
+            swapped = bb.emit(relax.op.permute_dims(xv, [1, 0, 2]))  # [8, 4, 16]
+            batched = bb.emit(relax.op.matmul(swapped, yv))  # [8, 4, 4]
+            back = bb.emit(relax.op.reshape(bb.emit(relax.op.permute_dims(batched, [1, 0, 2])), [4, 32]))
+            merged = bb.emit(relax.op.matmul(bb.emit(relax.op.reshape(swapped, [8, 64])),
+                                             bb.emit(relax.op.reshape(yv, [64, 8]))))
+            weighted = bb.emit(relax.op.matmul(swapped, relax.const(w)))
+            out = bb.emit_output(relax.Tuple([back, merged, weighted]))
+        bb.emit_func_output(out)
+    mod = matmuls_read_views(bb.get())
+    views = [f for g, f in mod.functions_items() if g.name_hint.startswith("view_matmul")]
+    assert len(views) == 1 and [int(d) for d in views[0].params[-1].shape] == [4, 8, 4]
+    assert mod["main"].script().count("R.matmul") == 2
+    exe = relax.build(fuse_program(mod, "llvm"), target="llvm")
+    got = relax.VirtualMachine(exe, tvm.cpu())["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(y))
+    swapped = x.transpose(1, 0, 2)
+    for value, expected in zip(got, [(swapped @ y).transpose(1, 0, 2).reshape(4, 32),
+                                     swapped.reshape(8, 64) @ y.reshape(64, 8), swapped @ w]):
+        np.testing.assert_allclose(value.numpy(), expected, rtol=1e-5, atol=1e-5)
 
 
 def conv_block(stride, dtype="float32"):

@@ -17,6 +17,7 @@ from ..checks import AutoTVMError, check, choice
 from ..env import load_tensor_intrinsics, make_target, use_cuda_compiler
 from .layout_pads import nhwc_pads
 from .matmul_fusion import combine_parallel_matmuls, epilogues_before_reshapes
+from .matmul_views import matmuls_read_views
 from .relax_calls import is_op, rewrite_bindings
 from .safe_softmax import one_function_safe_softmax
 from .split_k import split_k_matmuls
@@ -156,7 +157,8 @@ def fuse_program(mod: tvm.IRModule, target: Any) -> tvm.IRModule:
     time. Tuning times kernels under the same convention (rewrite block removed).
 
     On a GPU, a deep matmul or convolution with few outputs sums its K in parts
-    (``autotvm.task.split_k``)."""
+    (``autotvm.task.split_k``), and a matmul of two activations (attention's) reads them through
+    their views in place (``autotvm.task.matmul_views``)."""
     from tvm import relax
     from tvm.relax import pipeline as relax_pipeline
 
@@ -166,7 +168,7 @@ def fuse_program(mod: tvm.IRModule, target: Any) -> tvm.IRModule:
     except (ValueError, AttributeError):
         dispatch = []
     if relax_pipeline.BackendDispatcher.is_gpu_target(target):
-        mod = split_k_matmuls(mod)
+        mod = matmuls_read_views(split_k_matmuls(mod))
     seq = tvm.transform.Sequential([
         *dispatch,
         _float16_erf_in_float32,
@@ -293,11 +295,15 @@ def check_program(mod: Any, params: Any) -> None:
 def _tasks_of(fused: tvm.IRModule, target: tvm.target.Target) -> list[Task]:
     """The tunable functions of a module already prepared and fused by ``fuse_program``: a
     ``TraceTask`` each, or, for a function made from a template (``autotvm.template``, e.g. the
-    bfloat16 matmuls and convolutions), that template's task."""
+    bfloat16 matmuls and convolutions), that template's task. A function that only reshapes is
+    none: the build makes it a view, no kernel (Relax's ``RewriteDataflowReshape``)."""
+    from tvm import relax
     from tvm.s_tir import meta_schedule as ms
 
     tasks: list[Task] = []
     for extracted in ms.relax_integration.extract_tasks(fused, target):
+        if relax.analysis.has_reshape_pattern(extracted.dispatched[0]["main"]):
+            continue
         task = _template_task(extracted.dispatched[0]["main"], target)
         if task is None:
             task = TraceTask(extracted.task_name, extracted.dispatched[0], target)
