@@ -33,10 +33,9 @@ import tvm
 from tvm import relax, te
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from .relax_calls import is_op, shape_of
+from .relax_calls import RESHAPES, bindings_of, is_op, rewrite_planned, shape_of
 
-_RESHAPES = ("reshape", "squeeze", "expand_dims")  # each keeps the elements' order
-_VIEWS = (*_RESHAPES, "permute_dims", "strided_slice", "broadcast_to")
+_VIEWS = (*RESHAPES, "permute_dims", "strided_slice", "broadcast_to")
 MAX_ELEMENTS = 1 << 22  # the largest source whose views are mapped (by its element numbers)
 
 
@@ -66,32 +65,17 @@ def matmuls_read_views(mod: tvm.IRModule) -> tvm.IRModule:
     """``mod`` with each matmul of two non-constant tensors computed as one function reading its
     operands in place and writing its output in the order the views after it make (see the
     module's doc), where that spares a copy."""
-    for gvar, func in list(mod.functions_items()):
-        if isinstance(func, relax.Function):
-            plans = _plans(func)
-            if plans:
-                mod = _Rewriter(mod, plans).rewrite(gvar, func)
-    return mod
+    return rewrite_planned(mod, _plans, _Rewriter)
 
 
 def _plans(func: Any) -> dict[Any, _Plan]:
     """For each binding where a rewritten matmul's result goes (the matmul's own, or the last view
     after it), the matmul's plan."""
-    values, users, consumers = {}, {}, {}
-
-    def count(expr: Any) -> None:
-        if isinstance(expr, relax.Var):
-            users[expr] = users.get(expr, 0) + 1
-
-    for block in func.body.blocks:
-        for binding in block.bindings:
-            if isinstance(binding, relax.VarBinding):
-                values[binding.var] = binding.value
-                relax.analysis.post_order_visit(binding.value, count)
-                value = binding.value
-                if isinstance(value, relax.Call) and value.args and isinstance(value.args[0], relax.Var):
-                    consumers.setdefault(value.args[0], []).append(binding.var)
-    relax.analysis.post_order_visit(func.body.body, count)
+    values, users = bindings_of(func)
+    consumers: dict = {}
+    for var, value in values.items():
+        if isinstance(value, relax.Call) and value.args and isinstance(value.args[0], relax.Var):
+            consumers.setdefault(value.args[0], []).append(var)
     plans = {}
     for var, value in values.items():
         if is_op(value, "matmul"):
@@ -170,7 +154,7 @@ def _output_views(var: Any, shape: list[int], values: dict, users: dict, consume
         current = consumers[current][0]
         value = values[current]
         cast = is_op(value, "astype") and _floats(value) and not any(is_op(v, "astype") for _, v in chain)
-        if not (cast or any(is_op(value, name) for name in (*_RESHAPES, "permute_dims"))):
+        if not (cast or any(is_op(value, name) for name in (*RESHAPES, "permute_dims"))):
             break
         chain.append((current, value))
     ids = np.arange(math.prod(shape)).reshape(shape)
@@ -192,7 +176,7 @@ def _apply(ids: np.ndarray, views: Any) -> np.ndarray | None:
         shape = shape_of(view)
         if shape is None:
             return None
-        if any(is_op(view, name) for name in _RESHAPES):
+        if any(is_op(view, name) for name in RESHAPES):
             ids = ids.reshape(shape)
         elif is_op(view, "permute_dims"):
             axes = view.attrs.axes
@@ -280,10 +264,6 @@ class _Rewriter(PyExprMutator):
     def __init__(self, mod: tvm.IRModule, plans: dict) -> None:
         super().__init__(mod)
         self.plans = plans
-
-    def rewrite(self, gvar: Any, func: Any) -> tvm.IRModule:
-        self.builder_.update_func(gvar, relax.analysis.remove_all_unused(self.visit_expr(func)))
-        return self.builder_.get()
 
     def visit_var_binding_(self, binding: Any) -> None:
         plan = self.plans.get(binding.var)

@@ -1,5 +1,6 @@
 """Readers of Relax calls that the program rewrites share (``bfloat16``, ``winograd``,
-``matmul_fusion``, ``safe_softmax``), and the rewriter of a module's bindings."""
+``matmul_fusion``, ``safe_softmax``, ``matmul_views``, ``float16_casts``), the bindings of a
+function and the rewriter of a module's bindings."""
 
 from __future__ import annotations
 
@@ -62,6 +63,28 @@ def nhwc_conv2d(call: Any, dtype: str = "float32") -> NHWCConv2D | None:
     return NHWCConv2D(shape, weight, strides[0], tuple(int(p) for p in attrs.padding))
 
 
+RESHAPES = ("reshape", "squeeze", "expand_dims")  # views that keep the elements' order
+
+
+def bindings_of(func: Any) -> tuple[dict, dict]:
+    """A Relax function's bindings (variable -> the value bound to it) and how many times each
+    variable is read (by the bindings and the function's result)."""
+    values: dict = {}
+    reads: dict = {}
+
+    def count(expr: Any) -> None:
+        if isinstance(expr, relax.Var):
+            reads[expr] = reads.get(expr, 0) + 1
+
+    for block in func.body.blocks:
+        for binding in block.bindings:
+            if isinstance(binding, relax.VarBinding):
+                values[binding.var] = binding.value
+                relax.analysis.post_order_visit(binding.value, count)
+    relax.analysis.post_order_visit(func.body.body, count)
+    return values, reads
+
+
 def rewrite_bindings(mod: tvm.IRModule, rewrite: Any) -> tvm.IRModule:
     """``mod`` with each call and tuple item of its Relax functions that ``rewrite(rewriter, expr)``
     replaces (``rewriter.lookup(var)``: the value bound to a variable, or the expression itself;
@@ -88,3 +111,17 @@ def rewrite_bindings(mod: tvm.IRModule, rewrite: Any) -> tvm.IRModule:
         if isinstance(func, relax.Function):
             rewriter.builder_.update_func(gvar, relax.analysis.remove_all_unused(rewriter.visit_expr(func)))
     return rewriter.builder_.get()
+
+
+def rewrite_planned(mod: tvm.IRModule, plan: Any, rewriter: Any) -> tvm.IRModule:
+    """``mod`` with each Relax function in which ``plan(func)`` finds something to do (a non-empty
+    dict) rewritten by ``rewriter(mod, plans)``, an expression mutator; the bindings nothing uses
+    any longer removed."""
+    for gvar, func in list(mod.functions_items()):
+        if isinstance(func, relax.Function):
+            plans = plan(func)
+            if plans:
+                mutator_ = rewriter(mod, plans)
+                mutator_.builder_.update_func(gvar, relax.analysis.remove_all_unused(mutator_.visit_expr(func)))
+                mod = mutator_.builder_.get()
+    return mod

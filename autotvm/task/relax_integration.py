@@ -15,6 +15,7 @@ import tvm
 
 from ..checks import AutoTVMError, check, choice
 from ..env import load_tensor_intrinsics, make_target, use_cuda_compiler
+from .float16_casts import casts_where_computed
 from .layout_pads import nhwc_pads
 from .matmul_fusion import combine_parallel_matmuls, epilogues_before_reshapes
 from .matmul_views import matmuls_read_views
@@ -67,7 +68,8 @@ def prepare_program(mod: tvm.IRModule, params: dict | None = None, conv_layout: 
     matmuls and convolutions read float16 and accumulate in float32, as PyTorch's and cuBLAS's
     half-precision kernels do, and their outputs go on in float16; on a GPU they run on its tensor
     cores (``autotvm.task.trace_task.tensor_core_rules``), and the constant weights are converted
-    here, once. The model's inputs and outputs stay float32."""
+    here, once. A float32 value cast to float16 is cast where it is computed, once for all its
+    readers (``autotvm.task.float16_casts``). The model's inputs and outputs stay float32."""
     from tvm import relax
 
     check("conv_layout", conv_layout, choice(CONV_LAYOUTS))
@@ -96,7 +98,8 @@ def prepare_program(mod: tvm.IRModule, params: dict | None = None, conv_layout: 
             passes.append(winograd_conv2d)
     if precision == "float16":
         passes += [relax.transform.ConvertToDataflow(), relax.transform.ToMixedPrecision(out_dtype="float32"),
-                   relax.transform.FoldConstant()]  # the weights converted once
+                   relax.transform.FoldConstant(),  # the weights converted once
+                   casts_where_computed]
     elif precision == "bfloat16":  # its casts and blocked layouts leave reshapes of reshapes
         passes += [to_bfloat16, relax.transform.RemoveRedundantReshape()]
     with tvm.transform.PassContext(opt_level=3):
