@@ -510,6 +510,24 @@ def test_a_float16_build_casts_a_value_once_where_it_is_computed():
         assert error <= 2 * np.abs(theirs.float().numpy() - expected).max() / np.abs(expected).max(), error
 
 
+def test_a_float16_build_takes_relu6():
+    """PyTorch's ReLU6 (MobileNetV2's activation) is a clip with scalar bounds, where Relax's
+    ``ToMixedPrecision`` stops; it becomes a maximum and a minimum of constants, and the model
+    builds in float16 (here for the CPU) and computes what PyTorch does, within float16's error."""
+    from tools.models import Model, bound_params
+
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.ReLU6(), torch.nn.Conv2d(16, 8, 1))
+    model = Model("relu6", module.eval(), (4 * torch.randn(1, 8, 16, 16),))
+    mod, params = model.to_relax()
+    assert "R.clip" in mod["main"].script()
+    exe = autotvm.build_program(mod, "llvm", bound_params(mod, params), precision="float16")
+    got = relax.VirtualMachine(exe, tvm.cpu())["main"](tvm.runtime.tensor(model.inputs[0].numpy()))
+    got = got.numpy() if hasattr(got, "numpy") else got[0].numpy()
+    expected = model.torch_outputs()[0]
+    np.testing.assert_allclose(got, expected, rtol=1e-2, atol=1e-2 * np.abs(expected).max())
+
+
 def test_a_matmul_of_two_activations_reads_a_view_in_place_only_where_it_is_affine():
     """``matmul_views``: a batched matmul of a transposed activation, whose output is transposed
     back and reshaped, is one function writing the transposed layout (the reshape then a view);

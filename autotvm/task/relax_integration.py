@@ -97,7 +97,8 @@ def prepare_program(mod: tvm.IRModule, params: dict | None = None, conv_layout: 
         if conv_algorithm == "winograd":
             passes.append(winograd_conv2d)
     if precision == "float16":
-        passes += [relax.transform.ConvertToDataflow(), relax.transform.ToMixedPrecision(out_dtype="float32"),
+        passes += [clips_of_constants, relax.transform.ConvertToDataflow(),
+                   relax.transform.ToMixedPrecision(out_dtype="float32"),
                    relax.transform.FoldConstant(),  # the weights converted once
                    casts_where_computed]
     elif precision == "bfloat16":  # its casts and blocked layouts leave reshapes of reshapes
@@ -118,6 +119,24 @@ def clamped_takes(mod: tvm.IRModule) -> tvm.IRModule:
         return None
 
     return rewrite_bindings(mod, clamp)
+
+
+@tvm.transform.module_pass(opt_level=0, name="ClipsOfConstants")
+def clips_of_constants(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
+    """``clip(x, min, max)`` with scalar bounds (PyTorch's ReLU6, in MobileNetV2) becomes
+    ``minimum(maximum(x, min), max)`` of constants in ``x``'s dtype, the same values: Relax's
+    ``ToMixedPrecision`` stops on a clip's scalar bounds."""
+    from tvm import relax
+
+    def bounded(_rewriter: Any, call: Any) -> Any:
+        bounds = [getattr(bound, "value", None) for bound in call.args[1:]] if is_op(call, "clip") else []
+        if not bounds or not all(isinstance(b, (int, float)) for b in bounds):
+            return None
+        data, dtype = call.args[0], str(call.args[0].ty.dtype)
+        low, high = (relax.const(float(bound), dtype) for bound in bounds)
+        return relax.op.minimum(relax.op.maximum(data, low), high)
+
+    return rewrite_bindings(mod, bounded)
 
 
 def _has_conv2d(mod: tvm.IRModule) -> bool:
