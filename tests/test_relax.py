@@ -529,10 +529,11 @@ def test_a_float16_build_takes_relu6():
 
 
 def test_a_matmul_of_two_activations_reads_a_view_in_place_only_where_it_is_affine():
-    """``matmul_views``: a batched matmul of a transposed activation, whose output is transposed
-    back and reshaped, is one function writing the transposed layout (the reshape then a view);
-    a matmul reading a transpose merged with a reshape (not an affine map of its source) and one
-    of a constant weight stay matmuls. Each output is NumPy's."""
+    """``matmul_views``: a batched matmul of a transposed activation divided by a scalar, whose
+    output is transposed back and reshaped, is one function writing the transposed layout (the
+    reshape then a view; the division after the sum); a matmul reading a transpose merged with a
+    reshape (not an affine map of its source) and one of a constant weight stay matmuls. Each
+    output is NumPy's."""
     from autotvm.task.matmul_views import matmuls_read_views
     from autotvm.task.relax_integration import fuse_program
 
@@ -543,7 +544,8 @@ def test_a_matmul_of_two_activations_reads_a_view_in_place_only_where_it_is_affi
     with bb.function("main", [xv, yv]):
         with bb.dataflow():
             swapped = bb.emit(relax.op.permute_dims(xv, [1, 0, 2]))  # [8, 4, 16]
-            batched = bb.emit(relax.op.matmul(swapped, yv))  # [8, 4, 4]
+            halved = bb.emit(relax.op.divide(swapped, relax.const(2.0, "float32")))  # goes after the sum
+            batched = bb.emit(relax.op.matmul(halved, yv))  # [8, 4, 4]
             back = bb.emit(relax.op.reshape(bb.emit(relax.op.permute_dims(batched, [1, 0, 2])), [4, 32]))
             merged = bb.emit(relax.op.matmul(bb.emit(relax.op.reshape(swapped, [8, 64])),
                                              bb.emit(relax.op.reshape(yv, [64, 8]))))
@@ -553,11 +555,11 @@ def test_a_matmul_of_two_activations_reads_a_view_in_place_only_where_it_is_affi
     mod = matmuls_read_views(bb.get())
     views = [f for g, f in mod.functions_items() if g.name_hint.startswith("view_matmul")]
     assert len(views) == 1 and [int(d) for d in views[0].params[-1].shape] == [4, 8, 4]
-    assert mod["main"].script().count("R.matmul") == 2
+    assert mod["main"].script().count("R.matmul") == 2 and "R.divide" not in mod["main"].script()
     exe = relax.build(fuse_program(mod, "llvm"), target="llvm")
     got = relax.VirtualMachine(exe, tvm.cpu())["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(y))
     swapped = x.transpose(1, 0, 2)
-    for value, expected in zip(got, [(swapped @ y).transpose(1, 0, 2).reshape(4, 32),
+    for value, expected in zip(got, [(swapped / 2 @ y).transpose(1, 0, 2).reshape(4, 32),
                                      swapped.reshape(8, 64) @ y.reshape(64, 8), swapped @ w]):
         np.testing.assert_allclose(value.numpy(), expected, rtol=1e-5, atol=1e-5)
 

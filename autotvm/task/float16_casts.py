@@ -21,7 +21,6 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from .relax_calls import RESHAPES, bindings_of, is_op, rewrite_planned, shape_of
 
 
-
 @tvm.transform.module_pass(opt_level=0, name="CastsWhereComputed")
 def casts_where_computed(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
     """``mod`` with each float32 value that is cast to float16, directly or after reshapes, cast

@@ -116,9 +116,10 @@ def _operand(var: Any, values: dict) -> _Operand | None:
             views.append(value)
             read = value.args[0]
         elif is_op(value, "multiply") or is_op(value, "divide"):
-            for operand, factor in ((value.args[0], value.args[1]), (value.args[1], value.args[0])):
+            first, second = value.args
+            for operand, factor in [(first, second), *([(second, first)] if is_op(value, "multiply") else [])]:
                 number = _scalar(factor, values)
-                if number is not None and (operand is value.args[0] or is_op(value, "multiply")):
+                if number is not None:
                     scale, read = scale * number if is_op(value, "multiply") else scale / number, operand
                     break
         elif is_op(value, "astype") and cast is None and _floats(value, value.args[0]):

@@ -130,9 +130,10 @@ def clips_of_constants(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
 
     def bounded(_rewriter: Any, call: Any) -> Any:
         bounds = [getattr(bound, "value", None) for bound in call.args[1:]] if is_op(call, "clip") else []
-        if not bounds or not all(isinstance(b, (int, float)) for b in bounds):
+        data = call.args[0] if bounds else None
+        dtype = str(getattr(getattr(data, "ty", None), "dtype", ""))
+        if "float" not in dtype or not all(isinstance(b, (int, float)) for b in bounds):
             return None
-        data, dtype = call.args[0], str(call.args[0].ty.dtype)
         low, high = (relax.const(float(bound), dtype) for bound in bounds)
         return relax.op.minimum(relax.op.maximum(data, low), high)
 
