@@ -58,7 +58,6 @@ class _Plan(NamedTuple):
     operands: tuple[_Operand, _Operand]
     order: tuple[int, ...]  # the output's axes, as the matmul's axes
     sums: str  # the dtype the products sum in (the matmul's)
-    one_source: bool  # whether both operands read one tensor (the second then reads it through a reshape)
 
 
 def matmuls_read_views(mod: tvm.IRModule) -> tvm.IRModule:
@@ -98,7 +97,7 @@ def _plan(var: Any, call: Any, values: dict, users: dict, consumers: dict) -> tu
     if not any(op.in_place for op in operands) and sink is var:
         return None
     operands = [(_separated(op) or op) if op.in_place else op for op in operands]
-    return sink, _Plan(tuple(operands), order, str(call.ty.dtype), operands[0].source.same_as(operands[1].source))
+    return sink, _Plan(tuple(operands), order, str(call.ty.dtype))
 
 
 def _matmul_shape(a: list[int], b: list[int]) -> list[int]:
@@ -243,7 +242,7 @@ def _separated(operand: _Operand) -> _Operand | None:
             return None
         shape.append(size)
         coords.append((start, [int(i == along) for i in range(len(operand.shape))]))
-    return operand._replace(source_shape=shape, coords=coords, in_place=True)
+    return operand._replace(source_shape=shape, coords=coords)
 
 
 def _scalar(expr: Any, values: dict) -> float | None:
@@ -272,16 +271,17 @@ class _Rewriter(PyExprMutator):
             super().visit_var_binding_(binding)
             return
         emit = self.builder_.emit
+        a, b = plan.operands
+        one_source = a.source.same_as(b.source)
         sources = []
         for operand in plan.operands:
             source = self.visit_expr(operand.source)
             if operand.cast is not None:
                 source = emit(relax.op.astype(source, operand.cast))
             # a block's MetaSchedule tiles reads each buffer once: the second read of one tensor is a view of it
-            if shape_of(source) != operand.source_shape or (plan.one_source and sources):
+            if shape_of(source) != operand.source_shape or (one_source and sources):
                 source = emit(relax.op.reshape(source, operand.source_shape))
             sources.append(source)
-        a, b = plan.operands
         result = self.builder_.call_te(_matmul, *sources, a.shape, b.shape, a.coords, b.coords, list(plan.order),
                                        plan.sums, primfunc_name_hint="view_matmul")
         if a.scale * b.scale != 1.0:
