@@ -4,6 +4,7 @@
     python benchmarks/cuda_builds.py --config configs/cuda-bert-minilm.json --arch sm_80 --builds 4
 
 For the config's model and the target's architecture (``--arch``; default sm_90, an H100/H200),
+it prints how many tasks the model has and how many functions a run of its build calls, then
 random configs of the costliest functions (weight x FLOPs) are checked as a tune checks them,
 first from their tile sizes alone (threads per block), then by replaying the schedule (shared memory
 from its loops, then the postprocessors, then each thread's own buffers against its registers, then
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import tempfile
 import time
@@ -59,12 +61,12 @@ def main() -> None:
     from autotvm.env import host_cores
     from autotvm.env import find_nvcc
     from tools.config import load_config
-    from tools.models import model_tasks
+    from tools.models import build_model, model_tasks
 
     config = load_config(args.config)
     precision = args.precision or config.run_settings.precision
     target = autotvm.make_target({"kind": "cuda", "arch": args.arch})  # the GPU's limits, or every GPU's
-    rows, builds, in_nvcc, batch = [], [], [], []
+    rows, builds, in_nvcc, batch, sizes = [], [], [], [], []
     drawn: list = []  # every build: (seconds, seconds in nvcc, whether only the register check rejects it, its weight)
     disagreements = 0
     neighbours = [0, 0]  # single-knob neighbours that pass the check, and those with their config's CUDA source
@@ -72,7 +74,10 @@ def main() -> None:
     mutations = np.random.default_rng([args.seed, 1])  # the neighbours' own, so that the rest draws as without them
     with tempfile.TemporaryDirectory(prefix="cuda-builds-") as out_dir:  # the libraries built, removed after
         for spec in config.models:
-            _, _, _, tasks = model_tasks(spec, target, precision)
+            _, mod, params, tasks = model_tasks(spec, target, precision)
+            calls = [name for name in re.findall(r"call  (\w+) ", build_model(spec, mod, params, target, precision).as_text())
+                     if not name.startswith("vm.")]  # the VM's builtins (views, the CUDA graph's) left out
+            sizes.append(f"{spec.name}: {len(tasks)} tasks, a run calls {len(calls)} functions")
             for task in sorted(tasks, key=lambda t: -t.weight * t.flop)[: args.functions]:
                 row, sampled, wrong = _sample(task, args, rng, out_dir)
                 rows.append(row)
@@ -95,6 +100,7 @@ def main() -> None:
           f"tune's check (threads per block from its tiles, then shared memory from the replayed loops, then the "
           f"postprocessors, then a thread's own buffers against its registers, then float16 reads TVM cannot "
           f"vectorize); configs the check and the replay disagree on, registers and gathers aside: {disagreements}")
+    print("; ".join(sizes))
     if builds:
         draws = rng.choice(builds, size=(2000, args.workers))
         nvcc = f" ({np.mean(in_nvcc):.2f} s of it in nvcc)" if find_nvcc() else ""

@@ -38,9 +38,9 @@ def test_the_table_has_a_row_per_model_with_its_trials_and_a_stopped_step_is_a_n
 
 
 def test_the_cuda_build_benchmark_checks_and_builds_without_a_gpu(tmp_path):
-    """benchmarks/cuda_builds.py: a CUDA model's configs checked (tiles first, then the replay, which
-    must agree) and built on this machine's CPU, nvcc compiling them where it is installed; their
-    single-knob neighbours lowered and compared."""
+    """benchmarks/cuda_builds.py: a CUDA model's tasks and the functions its build calls counted, its
+    configs checked (tiles first, then the replay, which must agree) and built on this machine's
+    CPU, nvcc compiling them where it is installed; their single-knob neighbours lowered and compared."""
     config = json.dumps({"models": [{"name": "mlp", "type": "torch", "model": "mlp", "width": 64, "batch": 4}],
                          "target": "cuda"})
     result = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "cuda_builds.py"), "--config", config,
@@ -50,6 +50,7 @@ def test_the_cuda_build_benchmark_checks_and_builds_without_a_gpu(tmp_path):
     assert "configs the check and the replay disagree on, registers and gathers aside: 0" in result.stdout, \
         result.stdout[-2000:]
     assert "a batch of 4 on 4 workers waits" in result.stdout, result.stdout[-2000:]
+    assert re.search(r"mlp: [1-9]\d* tasks, a run calls [1-9]\d* functions", result.stdout), result.stdout[-2000:]
     nvcc = re.search(r"builds on one core: mean ([\d.]+) s \(([\d.]+) s of it in nvcc\)", result.stdout)
     assert (nvcc is not None) == (find_nvcc() is not None), result.stdout[-2000:]
     assert nvcc is None or 0 < float(nvcc[2]) < float(nvcc[1])

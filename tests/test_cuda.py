@@ -81,8 +81,9 @@ def test_a_small_model_tunes_and_benchmarks_on_the_gpu_against_pytorch_on_the_gp
 def test_a_bert_layer_built_for_the_gpu_gives_pytorchs_outputs(precision):
     """A BERT layer as the build rewrites it (one query/key/value matmul whose heads the attention's
     matmuls read in place, the residual adds, GELU and mask in the matmuls' kernels, one softmax
-    function, the feed-forward's second matmul summed in two parts), built for the GPU with TVM's
-    default schedules and replayed as a CUDA graph, computes what PyTorch does."""
+    function, the feed-forward's second matmul summed in two parts, the sums before each layer norm
+    in the norm's kernel), built for the GPU with TVM's default schedules and replayed as a CUDA
+    graph, computes what PyTorch does."""
     import numpy as np
     from tvm import relax
 

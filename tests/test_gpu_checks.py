@@ -524,8 +524,8 @@ def test_on_a_gpu_attention_reads_in_place_and_deep_matmuls_and_convolutions_sum
     """On a GPU (only there) a BERT layer's feed-forward down-projection (16x512x64) is two partial
     products of 256 each, its two attention matmuls read their heads in place, and, in float16, a
     3x3 convolution of 256 channels on 8x8 pixels is eight of 32 input channels each: tasks of
-    their own whose float16 sketches are all on the tensor cores; the whole builds compile with
-    nvcc where it is installed."""
+    their own whose float16 sketches are all on the tensor cores; the layer norms compute the sums
+    before them; the whole builds compile with nvcc where it is installed."""
     from test_relax import conv_block, tiny_bert
 
     target = autotvm.make_target({"kind": "cuda", "arch": "sm_90"})
@@ -545,6 +545,10 @@ def test_on_a_gpu_attention_reads_in_place_and_deep_matmuls_and_convolutions_sum
                 assert all("wmma_sync_16x16x16_f16f16f32" in str(trace) for task in tasks for trace in task.sketches)
         on_cpu = [t.name for t in autotvm.task.extract_from_program(mod, "llvm", params)]
         assert not [name for name in on_cpu if "split_k" in name or "view_matmul" in name], on_cpu
+        if mod is bert:  # the embeddings' and the split-K parts' sums in the norms' kernels
+            norms = [t.name for t in extracted if "layer_norm" in t.name]
+            assert [n for n in norms if "take" in n] and [n for n in norms if "strided_slice" in n], norms
+            assert not [n for n in on_cpu if "layer_norm" in n and "take" in n], on_cpu
         exe = autotvm.build_program(mod, target, params, precision=precision)
         assert all(name in exe.as_text() for name in names if precision == "float16" or name != "split_k_conv2d")
         if shutil.which("nvcc"):

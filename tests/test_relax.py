@@ -487,6 +487,37 @@ def test_a_bert_layers_attention_reads_its_heads_in_place_where_a_gpu_build_asks
         np.testing.assert_allclose(got.numpy(), expected, rtol=tolerance, atol=tolerance * np.abs(expected).max())
 
 
+@pytest.mark.parametrize("precision", ["float32", "float16"])
+def test_a_layer_norm_computes_its_input_in_its_own_kernel_where_a_gpu_build_asks(precision):
+    """The merge a GPU build makes after ``FuseOps`` (``norm_prologues``): what only a layer norm
+    reads and no reduction computes (the embeddings' cast, lookup and sums; the sum of the
+    feed-forward's split-K parts with its bias and the residual) goes into the norm's function, so
+    a one-layer BERT is four kernels fewer; a matmul before a norm stays in its own. Built here for
+    the CPU, its outputs are PyTorch's."""
+    from autotvm.task.norm_prologues import norms_compute_their_inputs
+    from autotvm.task.relax_integration import prepare_program
+    from autotvm.task.split_k import split_k_matmuls
+
+    model, mod, bound = tiny_bert()
+    prepared = split_k_matmuls(prepare_program(mod, bound, precision=precision))
+
+    def build(*merge):
+        passes = [relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(),
+                  relax.transform.FoldConstant(), relax.transform.FuseOps(), *merge, relax.transform.FuseTIR()]
+        return relax.build(tvm.transform.Sequential(passes)(prepared), target="llvm")
+
+    before, exe = build(), build(norms_compute_their_inputs)
+    kernels = _kernels(exe)
+    assert len(kernels) == len(_kernels(before)) - 4, (_kernels(before), kernels)
+    norms = [k for k in kernels if "layer_norm" in k]
+    assert [k for k in norms if "take" in k and "add" in k] and [k for k in norms if "strided_slice" in k], norms
+    assert [k for k in kernels if "matmul" in k and "layer_norm" not in k], kernels
+    out = relax.VirtualMachine(exe, tvm.cpu())["main"](tvm.runtime.tensor(model.inputs[0].numpy()))
+    tolerance = 1e-4 if precision == "float32" else 1e-2
+    for got, expected in zip(out, model.torch_outputs()):
+        np.testing.assert_allclose(got.numpy(), expected, rtol=tolerance, atol=tolerance * np.abs(expected).max())
+
+
 def test_a_float16_build_casts_a_value_once_where_it_is_computed():
     """float16: a layer norm's float32 output, which the next matmul reads cast to float16 and the
     residual add reads in float32, is cast once, in the norm's kernel, and the residual reads it

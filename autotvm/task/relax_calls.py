@@ -1,6 +1,6 @@
 """Readers of Relax calls that the program rewrites share (``bfloat16``, ``winograd``,
-``matmul_fusion``, ``safe_softmax``, ``matmul_views``, ``float16_casts``), the bindings of a
-function and the rewriter of a module's bindings."""
+``matmul_fusion``, ``safe_softmax``, ``matmul_views``, ``float16_casts``, ``norm_prologues``), the
+bindings of a function, the rewriter of a module's bindings and the blocks of a schedule."""
 
 from __future__ import annotations
 
@@ -83,6 +83,14 @@ def bindings_of(func: Any) -> tuple[dict, dict]:
                 relax.analysis.post_order_visit(binding.value, count)
     relax.analysis.post_order_visit(func.body.body, count)
     return values, reads
+
+
+def sblocks(sch: Any, parent: Any = None) -> list:
+    """Every block of a TensorIR schedule's function under ``parent`` (default: its root), depth first."""
+    found = []
+    for child in sch.get_child_blocks(sch.get_sblock("root") if parent is None else parent):
+        found += [child, *sblocks(sch, child)]
+    return found
 
 
 def rewrite_bindings(mod: tvm.IRModule, rewrite: Any) -> tvm.IRModule:

@@ -19,7 +19,8 @@ from .float16_casts import casts_where_computed
 from .layout_pads import nhwc_pads
 from .matmul_fusion import combine_parallel_matmuls, epilogues_before_reshapes
 from .matmul_views import matmuls_read_views
-from .relax_calls import is_op, rewrite_bindings
+from .norm_prologues import norms_compute_their_inputs
+from .relax_calls import is_op, rewrite_bindings, sblocks
 from .safe_softmax import one_function_safe_softmax
 from .split_k import split_k_matmuls
 from .space import InstantiationError
@@ -181,7 +182,8 @@ def fuse_program(mod: tvm.IRModule, target: Any) -> tvm.IRModule:
 
     On a GPU, a deep matmul or convolution with few outputs sums its K in parts
     (``autotvm.task.split_k``), and a matmul of two activations (attention's) reads them through
-    their views in place (``autotvm.task.matmul_views``)."""
+    their views in place (``autotvm.task.matmul_views``), and a layer norm computes its input
+    in its own kernel (``autotvm.task.norm_prologues``)."""
     from tvm import relax
     from tvm.relax import pipeline as relax_pipeline
 
@@ -190,7 +192,8 @@ def fuse_program(mod: tvm.IRModule, target: Any) -> tvm.IRModule:
         dispatch = list(relax_pipeline.library_dispatch_passes(target))
     except (ValueError, AttributeError):
         dispatch = []
-    if relax_pipeline.BackendDispatcher.is_gpu_target(target):
+    gpu = relax_pipeline.BackendDispatcher.is_gpu_target(target)
+    if gpu:
         mod = matmuls_read_views(split_k_matmuls(mod))
     seq = tvm.transform.Sequential([
         *dispatch,
@@ -200,6 +203,7 @@ def fuse_program(mod: tvm.IRModule, target: Any) -> tvm.IRModule:
         relax.transform.AnnotateTIROpPattern(),
         relax.transform.FoldConstant(),
         relax.transform.FuseOps(),
+        *([norms_compute_their_inputs] if gpu else []),
         relax.transform.FuseTIR(),
         *([relax.transform.AttachAttrLayoutFreeBuffers()] if _weights_are_constants(mod) else []),
         _without_unknown_schedule_rules,
@@ -222,7 +226,7 @@ def _without_unknown_schedule_rules(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModul
             continue
         sch = Schedule(func)
         changed = False
-        for block in _blocks(sch, sch.get_sblock("root")):
+        for block in sblocks(sch):
             rule = sch.get(block).annotations.get("schedule_rule")
             if rule is None or str(rule) == "None":
                 continue
@@ -233,14 +237,6 @@ def _without_unknown_schedule_rules(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModul
         if changed:
             mod[gvar] = sch.mod["main"].with_attrs(func.attrs) if func.attrs else sch.mod["main"]
     return mod
-
-
-def _blocks(sch: Any, parent: Any) -> list:
-    """Every block under ``parent``, depth first."""
-    found = []
-    for child in sch.get_child_blocks(parent):
-        found += [child, *_blocks(sch, child)]
-    return found
 
 
 @tvm.transform.module_pass(opt_level=0, name="Float16ErfInFloat32")
