@@ -115,14 +115,19 @@ def test_a_float16_convolution_summed_in_parts_on_the_gpu_gives_pytorchs_outputs
 
 
 def test_pytorch_runs_on_the_gpu_in_the_run_precision():
+    """The benchmark's PyTorch puts the module's weights and inputs on the GPU, runs in the run's
+    precision, and in float32 with TF32 off, as TVM's float32 kernels are."""
     import torch
 
     from tools.models import load_model
     from tools.runtimes import Placement, prepare
 
     model = load_model({"name": "mlp", "type": "torch", "model": "mlp", "width": 64, "batch": 4})
-    before = torch.cuda.memory_allocated()
-    runtime = prepare("pytorch-eager", model, Placement("cuda", 1, "float16"))
-    assert torch.cuda.memory_allocated() > before  # the module's weights went to the GPU
-    runtime.call()
-    assert runtime.precision == "float16" and all(out.dtype.kind == "f" for out in runtime.outputs())
+    for precision in ("float32", "float16"):
+        before = torch.cuda.memory_allocated()
+        runtime = prepare("pytorch-eager", model, Placement("cuda", 1, precision))
+        assert torch.cuda.memory_allocated() > before  # the module's weights went to the GPU
+        out = runtime.call()
+        assert out.is_cuda and out.dtype == {"float32": torch.float32, "float16": torch.float16}[precision]
+        assert runtime.precision == precision and all(value.dtype.kind == "f" for value in runtime.outputs())
+    assert not torch.backends.cuda.matmul.allow_tf32

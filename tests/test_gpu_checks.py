@@ -602,23 +602,6 @@ def test_the_benchmark_puts_every_runtime_on_the_targets_device():
             prepare("onnxruntime", model, Placement("cuda", 2, "float32"))
 
 
-@pytest.mark.cuda
-@pytest.mark.skipif(not HAS_GPU, reason="no CUDA GPU on this machine")
-def test_pytorch_runs_on_the_gpu_in_the_runs_precision():
-    import torch
-
-    from tools.models import load_model
-    from tools.runtimes import Placement, prepare
-
-    model = load_model({"name": "m", "type": "op", "workload": "mm64"})
-    for precision in ("float32", "float16"):
-        runtime = prepare("pytorch-eager", model, Placement("cuda", 2, precision))
-        out = runtime.call()
-        assert out.is_cuda and out.dtype == {"float32": torch.float32, "float16": torch.float16}[precision]
-        assert runtime.precision == precision
-    assert not torch.backends.cuda.matmul.allow_tf32  # float32 on the GPU is float32, as TVM's kernels
-
-
 def test_the_correctness_reference_of_a_cuda_task_is_a_gpu_kernel(cuda_task):
     """check_correctness compares each config with the untuned program: for a GPU its loops are
     bound to threads, or TVM compiles it for the host, which would be handed the GPU's pointers."""
