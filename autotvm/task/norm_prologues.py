@@ -24,13 +24,14 @@ from tvm import relax
 from .relax_calls import bindings_of, is_op, rewrite_bindings, sblocks
 
 _NORM = re.compile(r"layer_norm\d*")  # the PrimFuncs LegalizeOps makes of relax.nn.layer_norm
+ENABLED = True  # False: FuseOps's functions stay as they are (to time a build without the merge)
 
 
 @tvm.transform.module_pass(opt_level=0, name="NormsComputeTheirInputs")
 def norms_compute_their_inputs(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
     """``mod`` (fused by ``FuseOps``) with each reduction-free function whose only reader is a
     layer norm's function merged into it, until none is left."""
-    while True:
+    while ENABLED:
         reads: dict = {}
         values: dict = {}
         for func in mod.functions.values():
@@ -63,7 +64,8 @@ def norms_compute_their_inputs(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
 
         mod = rewrite_bindings(mod, merge)
         if not merged:
-            return mod
+            break
+    return mod
 
 
 def _primitive(func: Any) -> bool:
