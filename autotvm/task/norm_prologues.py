@@ -31,41 +31,48 @@ ENABLED = True  # False: FuseOps's functions stay as they are (to time a build w
 def norms_compute_their_inputs(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
     """``mod`` (fused by ``FuseOps``) with each reduction-free function whose only reader is a
     layer norm's function merged into it, until none is left."""
-    while ENABLED:
-        reads: dict = {}
-        values: dict = {}
-        for func in mod.functions.values():
-            if isinstance(func, relax.Function) and not _primitive(func):
-                func_values, func_reads = bindings_of(func)
-                values.update(func_values)
-                reads.update(func_reads)
-        merged: list[str] = []
-
-        def merge(rewriter: Any, call: Any) -> Any:
-            norm = _part(mod, call)
-            if norm is None or not any(_NORM.fullmatch(prim.name_hint) for prim in norm[0]):
-                return None
-            for k, operand in enumerate(norm[1]):
-                producer = values.get(operand) if reads.get(operand) == 1 else None
-                part = _part(mod, producer)
-                if part is None or not isinstance(producer.ty, relax.TensorType) \
-                        or any(_reduces(mod[prim]) for prim in part[0]):
-                    continue
-                operands = list(dict.fromkeys([*part[1], *norm[1][:k], *norm[1][k + 1:]]))
-                params = {x: relax.Var(f"p{i}", x.ty) for i, x in enumerate(operands)}
-                first, value = _bindings(mod, producer, [params[x] for x in part[1]])
-                second, out = _bindings(mod, call, [value if i == k else params[x] for i, x in enumerate(norm[1])])
-                func = relax.Function(list(params.values()), relax.SeqExpr([relax.DataflowBlock(first + second)], out),
-                                      call.ty, True, tvm.ir.make_node("ir.DictAttrs", Primitive=True))
-                name = "fused_" + "_".join(prim.name_hint.removeprefix("fused_") for prim in part[0] + norm[0])
-                merged.append(name)
-                return relax.Call(rewriter.builder_.add_func(func, name), operands)
-            return None
-
-        mod = rewrite_bindings(mod, merge)
-        if not merged:
-            break
+    merged = ENABLED
+    while merged:
+        mod, merged = _merge_into_norms(mod)
     return mod
+
+
+def _merge_into_norms(mod: tvm.IRModule) -> tuple[tvm.IRModule, bool]:
+    """``mod`` with the producers that each norm's call reads merged into it, one step back
+    (whether any was)."""
+    values: dict = {}
+    reads: dict = {}
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function) and not _primitive(func):
+            func_values, func_reads = bindings_of(func)
+            values.update(func_values)
+            reads.update(func_reads)
+    merged: list[str] = []
+
+    def merge(rewriter: Any, call: Any) -> Any:
+        norm = _part(mod, call)
+        if norm is None or not any(_NORM.fullmatch(prim.name_hint) for prim in norm[0]):
+            return None
+        for k, operand in enumerate(norm[1]):
+            producer = values.get(operand) if reads.get(operand) == 1 else None
+            part = _part(mod, producer)
+            if part is None or not isinstance(producer.ty, relax.TensorType) \
+                    or any(_reduces(mod[prim]) for prim in part[0]):
+                continue
+            # the merged function's parameters: the producer's operands and the norm's others, no repeats
+            operands = list(dict.fromkeys([*part[1], *norm[1][:k], *norm[1][k + 1:]]))
+            params = {x: relax.Var(f"p{i}", x.ty) for i, x in enumerate(operands)}
+            first, value = _bindings(mod, producer, [params[x] for x in part[1]])
+            second, out = _bindings(mod, call, [value if i == k else params[x] for i, x in enumerate(norm[1])])
+            func = relax.Function(list(params.values()), relax.SeqExpr([relax.DataflowBlock(first + second)], out),
+                                  call.ty, True, tvm.ir.make_node("ir.DictAttrs", Primitive=True))
+            name = "fused_" + "_".join(prim.name_hint.removeprefix("fused_") for prim in part[0] + norm[0])
+            merged.append(name)
+            return relax.Call(rewriter.builder_.add_func(func, name), operands)
+        return None
+
+    mod = rewrite_bindings(mod, merge)
+    return mod, bool(merged)
 
 
 def _primitive(func: Any) -> bool:
