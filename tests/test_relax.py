@@ -423,8 +423,9 @@ def test_a_deep_narrow_matmul_sums_its_k_in_parts_with_its_epilogue_in_the_kerne
     sum in float32 as before. The output is NumPy's. A shallow matmul stays as it was."""
     from autotvm.task.split_k import split_factor, split_k_matmuls
 
-    assert (split_factor(32, 1024, 64), split_factor(128, 1536, 384), split_factor(128, 384, 384)) == (4, 4, 1)
-    assert (split_factor(1, 4096, 64), split_factor(128, 1536, 4096), split_factor(64, 1000, 64)) == (1, 1, 2)
+    assert (split_factor(32, 1024, 64), split_factor(128, 1536, 384), split_factor(128, 384, 384)) == (4, 4, 2)
+    assert (split_factor(1, 4096, 64), split_factor(128, 1536, 4096), split_factor(64, 1000, 64)) == (1, 1, 4)
+    assert (split_factor(128, 256, 384), split_factor(128, 384, 1152)) == (1, 1)  # too shallow; outputs enough
     rng = np.random.default_rng(0)
     x, w, bias = (rng.standard_normal(s, "float32") for s in ((32, 1024), (1024, 64), (64,)))
     bb = relax.BlockBuilder()

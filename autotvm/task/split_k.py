@@ -26,7 +26,7 @@ from tvm import relax, te
 
 from .relax_calls import is_op, nhwc_conv2d, rewrite_bindings, shape_of
 
-MIN_DEPTH = 256  # the least of K a part sums
+MIN_DEPTH = 192  # the least of K a part sums (a 384-deep matmul, a transformer's output projection, splits in two)
 # the most partial products (S x rows x columns) a split writes: about one a thread of what an
 # H100/H200 holds at once (132 multiprocessors x 2048 threads)
 MAX_OUTPUTS = 1 << 18
