@@ -73,6 +73,26 @@ def test_the_micro_kernel_computes_the_bfloat16_product_in_float32(tile):
     np.testing.assert_allclose(c.numpy(), expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
 
 
+@pytest.mark.skipif(not HAS_BF16, reason="this CPU has no AVX512-BF16")
+@pytest.mark.parametrize("tile, epilogue", [((4, 2, 16), "none"), ((8, 1, 32), "add_broadcast"), ((2, 2, 16), "add")])
+def test_the_batched_kernel_computes_each_product_and_adds_its_mask(tile, epilogue):
+    import ml_dtypes
+
+    b, m, k, n = 3, 16, 64, 32
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((b, m, k)).astype(ml_dtypes.bfloat16)
+    w = rng.standard_normal((b, k, n)).astype(ml_dtypes.bfloat16)
+    packed = w.reshape(b, k // 2, 2, n).transpose(0, 1, 3, 2).copy()  # each right operand in pairs of K
+    mask = rng.standard_normal((1 if epilogue == "add_broadcast" else b, m, n)).astype(np.float32)
+    index = x86_bf16.BATCH_EPILOGUES.index(epilogue)
+    lib = tvm.compile(x86_bf16.schedule(x86_bf16.batch_matmul(b, m, k, n, index), *tile).mod, target=HOST)
+    assert "vdpbf16ps" in lib.mod.inspect_source("asm")
+    c = tvm.runtime.tensor(np.zeros((b, m, n), np.float32))
+    lib["main"](*[tvm.runtime.tensor(x) for x in [a, packed] + [mask] * (epilogue != "none")], c)
+    expected = a.astype(np.float32) @ w.astype(np.float32) + (mask if epilogue != "none" else 0)
+    np.testing.assert_allclose(c.numpy(), expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
+
+
 def amx_products(cases: list) -> list[float]:
     """Each (m, k, n, mr, nv, kt) matmul built on the AMX micro-kernel and run: the largest error
     against the float32 product of its bfloat16 inputs, relative to the product's largest value."""
@@ -296,6 +316,45 @@ def test_a_transformer_feed_forward_takes_its_gelu_and_residual_into_the_matmuls
     got = relax.VirtualMachine(exe, tvm.cpu())["main"](tvm.runtime.tensor(x.numpy()))
     got = (got[0] if not hasattr(got, "numpy") else got).numpy()
     np.testing.assert_allclose(got, expected, rtol=0, atol=2e-2 * np.abs(expected).max())
+
+
+@pytest.mark.skipif(not HAS_BF16, reason="this CPU has no AVX512-BF16")
+def test_attention_multiplies_its_activations_in_bfloat16_cast_where_they_are_computed():
+    """A BERT layer with heads of 32 over 32 tokens: its two products of activations (the queries by
+    the keys with the mask added, the weights by the values) are the batched template's tasks; each
+    operand is cast (and the right one packed) in the kernel that computes it, the softmax's
+    included, so no kernel only casts them; the build's outputs stay within a cosine of 0.9999 of
+    PyTorch's float32 ones."""
+    import torch
+    import transformers
+    from tvm import relax
+
+    from tools.models import Model, bound_params
+    from tools.timing import cosine
+
+    torch.manual_seed(0)
+    config = transformers.BertConfig(hidden_size=128, num_hidden_layers=1, num_attention_heads=4,
+                                     intermediate_size=256, vocab_size=100)
+    model = Model("bert", transformers.BertModel(config).eval(), (torch.randint(0, 100, (1, 32)),))
+    mod, params = model.to_relax()
+    bound = bound_params(mod, params)
+    tasks = autotvm.task.extract_from_program(mod, HOST, bound, precision="bfloat16")
+    batched = sorted(t.args for t in tasks if t.name == x86_bf16.BATCH_TEMPLATE)
+    add, none = (x86_bf16.BATCH_EPILOGUES.index(kind) for kind in ("add_broadcast", "none"))
+    assert batched == [(4, 32, 32, 32, none), (4, 32, 32, 32, add)], [t.name for t in tasks]
+    softmax = [t.mod["main"] for t in tasks if "softmax" in t.name]
+    assert len(softmax) == 1 and str(softmax[0].params[-1].ty.dtype) == "bfloat16"
+    # the cast is in the step that writes the softmax: no step more than the float32 build's softmax
+    float32 = [f for g, f in autotvm.task.relax_integration.fused_program(mod, HOST, bound).functions_items()
+               if "softmax" in g.name_hint]
+    assert softmax[0].script().count("T.sblock(") == float32[0].script().count("T.sblock(")
+    casts = {t.name: [int(d) for d in t.mod["main"].params[0].ty.shape] for t in tasks if t.name.startswith("cast")}
+    # cast on their own, as before: only the weight matmuls' inputs (a norm's output, the feed-forward's)
+    assert sorted(casts.values()) == [[32, 128], [32, 256]], casts
+    exe = autotvm.build_program(mod, HOST, bound, precision="bfloat16")
+    out = relax.VirtualMachine(exe, tvm.cpu())["main"](tvm.runtime.tensor(model.inputs[0].numpy()))
+    got = [o.numpy() for o in (out if not hasattr(out, "numpy") else [out])]
+    assert cosine(got, model.torch_outputs()) > 0.9999
 
 
 def test_bfloat16_on_a_cpu_without_avx512_bf16_is_one_line():

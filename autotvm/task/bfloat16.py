@@ -8,18 +8,26 @@ once, here; float32 in (a matmul's input cast to bfloat16 first, a convolution's
 kernel) and out. Each takes what follows it into its kernel (``x86_bf16.EPILOGUES``): the bias
 (``add`` of a constant; a convolution's is where batch norm folded in), then a ReLU or GELU, or a
 residual added, then a ReLU or not; where nothing else reads the values in between.
+
+A matmul of two activations (attention's products: its query by its keys, its weights by its
+values) becomes a call of the batched template, each operand cast to bfloat16 in the kernel that
+computes it (the heads' copies, the softmax) and the right one packed in pairs there too; an
+addend after it (a mask) joins it.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import tvm
 from tvm import relax
 
 from . import x86_bf16
-from .relax_calls import constant, is_op, nhwc_conv2d, static_shape
+from .relax_calls import constant, is_op, nhwc_conv2d, sblocks, static_shape
+
+# False keeps the matmuls of two activations in float32 (to time a build without them)
+BATCHED = True
 
 
 def _conv_layer(call: Any) -> x86_bf16.Conv2D | None:
@@ -30,6 +38,26 @@ def _conv_layer(call: Any) -> x86_bf16.Conv2D | None:
     (_, h, w, c), (co, kh, kw, _) = conv.shape, conv.weight.value.shape
     layer = x86_bf16.Conv2D(h, w, c, int(co), int(kh), int(kw), conv.stride, *conv.padding)
     return layer if x86_bf16.conv2d_fits(layer) else None
+
+
+class _Batched(NamedTuple):
+    """A batched matmul of two activations (attention's): b products of m x k by k x n."""
+
+    b: int
+    m: int
+    k: int
+    n: int
+
+
+def _batch_matmul_shape(call: Any) -> _Batched | None:
+    """The ``_Batched`` form of a ``matmul(x, y)`` of two activations of static shapes
+    (..., m, k) and (..., k, n), their leading axes the same, that the micro-kernel can compute."""
+    x, y = static_shape(call.args[0]), static_shape(call.args[1])
+    if x is None or y is None or constant(call.args[1]) is not None or len(x) < 2 or len(x) != len(y) \
+            or x[:-2] != y[:-2] or x[-1] != y[-2]:
+        return None
+    (m, k), n = x[-2:], y[-1]
+    return _Batched(int(np.prod(x[:-2])), m, k, n) if x86_bf16.fits(m, k, n) else None
 
 
 def _matmul_shape(call: Any) -> tuple[int, int, int] | None:
@@ -63,6 +91,9 @@ class _Kernels:
             if is_op(value, "nn.conv2d"):
                 layer = _conv_layer(value)
                 channels = None if layer is None else layer.co
+            elif BATCHED and is_op(value, "matmul") and (batched := _batch_matmul_shape(value)) is not None:
+                self._batch_chain(var, value, batched)
+                continue
             else:
                 layer = _matmul_shape(value) if is_op(value, "matmul") else None
                 channels = None if layer is None else layer[2]
@@ -81,6 +112,29 @@ class _Kernels:
             var = user_var
             user_var, user = self._only_user(var)
         return var, user_var, user
+
+    def unreshaped(self, expr: Any) -> Any:
+        """The value that ``expr`` reshapes (through reshapes in a row), or ``expr``."""
+        while is_op(self.value.get(expr), "reshape"):
+            expr = self.value[expr].args[0]
+        return expr
+
+    def _batch_chain(self, var: Any, op: Any, layer: _Batched) -> None:
+        """The epilogue after a batched matmul: an addend of its rows and columns (an attention
+        mask), the same for every product or one each."""
+        added, add = self._only_user(var)
+        other = _addend(add, var)
+        shape = static_shape(other) if other is not None else None
+        kind = "none"
+        if shape is not None and static_shape(add) == static_shape(op) and not self._claimed(add):
+            size = int(np.prod(shape))
+            kind = ("none" if shape[-2:] != [layer.m, layer.n] else "add_broadcast" if size == layer.m * layer.n
+                    else "add" if size == layer.b * layer.m * layer.n else "none")
+        if kind == "none":
+            self.ends[op] = (layer, op, None, None, kind)
+            return
+        self.taken.append(add)
+        self.ends[add] = (layer, op, None, other, kind)
 
     def _claimed(self, call: Any) -> bool:
         return any(k.same_as(call) for k in self.taken)
@@ -135,6 +189,9 @@ def to_bfloat16(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
             if end is None:
                 return super().visit_call_(call)
             layer, op, bias, residual, epilogue = end
+            if isinstance(layer, _Batched):
+                out = self.batch_matmul(layer, op, residual, x86_bf16.BATCH_EPILOGUES.index(epilogue))
+                return out if static_shape(out) == static_shape(call) else relax.op.reshape(out, static_shape(call))
             inputs = [] if bias is None else [relax.const(tvm.runtime.tensor(bias.astype(np.float32)))]
             out = (self.conv2d if is_op(op, "nn.conv2d") else self.matmul)(
                 layer, op, inputs, residual, x86_bf16.EPILOGUES.index(epilogue))
@@ -159,6 +216,22 @@ def to_bfloat16(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
             return self.call_template(x86_bf16.matmul(m, k, n, epilogue), x86_bf16.TEMPLATE, [m, k, n, epilogue],
                                       name, [rows, packed, *epilogue_inputs], (m, n))
 
+        def batch_matmul(self, layer: _Batched, op: Any, addend: Any, epilogue: int) -> Any:
+            """Both operands cast to bfloat16 where they are computed (the casts before their
+            reshapes, so that they join the kernels that compute them: the heads' copies, the
+            softmax), the right one packed in pairs of K there too."""
+            (b, m, k, n), kind = layer, x86_bf16.BATCH_EPILOGUES[epilogue]
+            x, y = (relax.op.astype(self.visit_expr(self.kernels.unreshaped(arg)), "bfloat16") for arg in op.args)
+            rows = self.builder_.emit(relax.op.reshape(x, (b, m, k)))
+            packed = self.builder_.emit(relax.op.permute_dims(relax.op.reshape(y, (b, k // 2, 2, n)), [0, 1, 3, 2]))
+            inputs = [rows, packed]
+            if kind != "none":
+                inputs.append(self.builder_.emit(relax.op.reshape(
+                    self.visit_expr(addend), (1 if kind == "add_broadcast" else b, m, n))))
+            name = f"batch_matmul_bf16_{b}x{m}x{k}x{n}_{kind}"
+            return self.call_template(x86_bf16.batch_matmul(b, m, k, n, epilogue), x86_bf16.BATCH_TEMPLATE,
+                                      [b, m, k, n, epilogue], name, inputs, (b, m, n))
+
         def conv2d(self, layer: x86_bf16.Conv2D, op: Any, epilogue_inputs: list, residual: Any,
                    epilogue: int) -> Any:
             layer = layer._replace(epilogue=epilogue)
@@ -176,3 +249,34 @@ def to_bfloat16(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
             rewrite.builder_.update_func(gvar, rewrite.visit_expr(func))
     # the convolutions and adds a kernel took in are left unused
     return relax.transform.DeadCodeElimination()(rewrite.builder_.get())
+
+
+@tvm.transform.module_pass(opt_level=0, name="BFloat16CastsInTheirProducers")
+def casts_in_their_producers(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
+    """A fused function's step that only casts a value it computed to bfloat16 (a softmax's output
+    for the batched template) is done in the step that computes the value, which then writes
+    bfloat16: on a CPU MetaSchedule inlines a step into its reader only, so the cast would stay a
+    loop of its own, vectorized or not by each config apart from the rest. Other functions are
+    left as they are."""
+    from tvm.s_tir import Schedule
+
+    for gvar, func in list(mod.functions_items()):
+        if not isinstance(func, tvm.tirx.PrimFunc) or not any(str(p.dtype) == "bfloat16" for p in func.params):
+            continue
+        sch, changed = Schedule(func), False
+        for block in sblocks(sch):
+            store = sch.get(block).body
+            value = getattr(store, "value", None)
+            read = getattr(value, "value", None)
+            if not (isinstance(store, tvm.tirx.BufferStore) and isinstance(value, tvm.tirx.Cast)
+                    and str(value.ty) == "bfloat16" and hasattr(read, "source")
+                    and not any(read.source.same_as(param) for param in func.params)):
+                continue
+            try:
+                sch.reverse_compute_inline(block)
+                changed = True
+            except tvm.error.TVMError:  # its producer is not a step it can be computed in
+                pass
+        if changed:
+            mod[gvar] = sch.mod["main"].with_attrs(func.attrs) if func.attrs else sch.mod["main"]
+    return mod

@@ -25,7 +25,7 @@ from .safe_softmax import one_function_safe_softmax
 from .split_k import split_k_matmuls
 from .space import InstantiationError
 from . import x86_bf16
-from .bfloat16 import to_bfloat16
+from .bfloat16 import casts_in_their_producers, to_bfloat16
 from .task import Task, create
 from .trace_task import TraceTask
 from .winograd import winograd_conv2d
@@ -205,6 +205,7 @@ def fuse_program(mod: tvm.IRModule, target: Any) -> tvm.IRModule:
         relax.transform.FuseOps(),
         *([norms_compute_their_inputs] if gpu else []),
         relax.transform.FuseTIR(),
+        casts_in_their_producers,
         *([relax.transform.AttachAttrLayoutFreeBuffers()] if _weights_are_constants(mod) else []),
         _without_unknown_schedule_rules,
     ])

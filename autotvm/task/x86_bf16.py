@@ -248,6 +248,31 @@ def matmul(m: int, k: int, n: int, epilogue: int = 0) -> Any:
     return _with_epilogue([a, b], c, epilogue)
 
 
+# what a batched product (attention's, both operands activations) adds to its sums: nothing, or a
+# float32 addend of the output's rows and columns (an attention mask), one for the whole batch or
+# one for each of its matrices; the index is a template argument
+BATCH_EPILOGUES = ("none", "add_broadcast", "add")
+
+
+def batch_matmul(b: int, m: int, k: int, n: int, epilogue: int = 0) -> Any:
+    """C[b, m, n] (float32) = A[b, m, k] (bfloat16) x B[b], each B given packed as (k/2, n, 2)
+    bfloat16 pairs (an activation packed at run time), then ``BATCH_EPILOGUES[epilogue]``: R
+    (1 or b, m, n) added."""
+    if k % 2:
+        raise AutoTVMError(f"a bfloat16 matmul reads K in pairs: K must be even, got {k}")
+    a = te.placeholder((b, m, k), "bfloat16", name="A")
+    packed = te.placeholder((b, k // 2, n, 2), "bfloat16", name="B")
+    kk, kp = te.reduce_axis((0, k // 2), name="kk"), te.reduce_axis((0, 2), name="kp")
+    c = te.compute((b, m, n), lambda h, i, j: te.sum(
+        a[h, i, kk * 2 + kp].astype("float32") * packed[h, kk, j, kp].astype("float32"), axis=[kk, kp]), name="C")
+    kind = BATCH_EPILOGUES[epilogue]
+    if kind == "none":
+        return te.create_prim_func([a, packed, c])
+    r = te.placeholder((1 if kind == "add_broadcast" else b, m, n), "float32", name="R")
+    z = te.compute((b, m, n), lambda h, i, j: c[h, i, j] + r[0 if kind == "add_broadcast" else h, i, j], name="Z")
+    return te.create_prim_func([a, packed, r, z])
+
+
 def _epilogue_at(sch: tvm.s_tir.Schedule, outer: Any) -> None:
     """The epilogue, if any, as one stage on each tile of ``outer`` once its sums are done (in
     cache): its steps inlined into the last."""
@@ -262,18 +287,18 @@ def _epilogue_at(sch: tvm.s_tir.Schedule, outer: Any) -> None:
 
 
 def schedule(func: Any, mr: int, nv: int, kt: int, amx: bool = False) -> tvm.s_tir.Schedule:
-    """``matmul``'s function tiled for the micro-kernel (on AMX if ``amx``): rows by ``mr``,
-    columns by ``16 nv``, K by ``kt`` pairs; the row-and-column tiles run in parallel on the
-    cores, and the outer loop carries the micro-kernel's LLVM IR (a ``pragma_import_llvm`` the
-    code generator links in)."""
+    """``matmul``'s or ``batch_matmul``'s function tiled for the micro-kernel (on AMX if
+    ``amx``): rows by ``mr``, columns by ``16 nv``, K by ``kt`` pairs; the (matrix,) row and
+    column tiles run in parallel on the cores, and the outer loop carries the micro-kernel's LLVM
+    IR (a ``pragma_import_llvm`` the code generator links in)."""
     sch = tvm.s_tir.Schedule(func)
     block = sch.get_sblock("C")
-    i, j, k, p = sch.get_loops(block)
+    *batch, i, j, k, p = sch.get_loops(block)
     io, ii = sch.split(i, [None, mr])
     jo, ji = sch.split(j, [None, 16 * nv])
     ko, ki = sch.split(k, [None, kt])
-    sch.reorder(io, jo, ko, ii, ji, ki, p)
-    outer = sch.fuse(io, jo)
+    sch.reorder(*batch, io, jo, ko, ii, ji, ki, p)
+    outer = sch.fuse(*batch, io, jo)
     sch.parallel(outer)
     _epilogue_at(sch, outer)
     init = sch.decompose_reduction(block, ko)
@@ -348,6 +373,19 @@ def matmul_template(m: int, k: int, n: int, epilogue: int = 0) -> tuple[Any, lis
     cfg.define_knob("tile", _knob_tiles(tiles(m, k, n, amx=True), tiles(m, k, n)))
     cfg.add_flop(2.0 * m * k * n)
     return schedule(matmul(m, k, n, epilogue), *Tile.parse(cfg["tile"].val)), []
+
+
+BATCH_TEMPLATE = "x86/batch_matmul_bf16"
+
+
+@template(BATCH_TEMPLATE)
+def batch_matmul_template(b: int, m: int, k: int, n: int, epilogue: int = 0) -> tuple[Any, list]:
+    """The batched bfloat16 matmul (and its epilogue, an index of ``BATCH_EPILOGUES``) as an
+    AutoTVM template, its knob the micro-kernel's tile as ``matmul_template``'s."""
+    cfg = get_config()
+    cfg.define_knob("tile", _knob_tiles(tiles(m, k, n, amx=True), tiles(m, k, n)))
+    cfg.add_flop(2.0 * b * m * k * n)
+    return schedule(batch_matmul(b, m, k, n, epilogue), *Tile.parse(cfg["tile"].val)), []
 
 
 class Conv2D(NamedTuple):
