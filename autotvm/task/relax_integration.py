@@ -62,7 +62,8 @@ def prepare_program(mod: tvm.IRModule, params: dict | None = None, conv_layout: 
     with a constant weight in bfloat16 with float32 accumulation, on the micro-kernel of
     ``autotvm.task.x86_bf16`` (``autotvm.task.bfloat16``): its input is read as bfloat16, its
     weight converted and packed in pairs here, once, a convolution's bias, ReLU and residual go
-    into its kernel, and its tile is a knob its task is tuned over. Everything else (attention,
+    into its kernel, and its tile is a knob its task is tuned over; attention's matmuls of two
+    activations too, their operands cast where they are computed. Everything else (the softmax,
     normalization, convolutions the micro-kernel does not tile) stays float32.
 
     ``precision="float16"`` runs the model in half precision (Relax's ``ToMixedPrecision``):
