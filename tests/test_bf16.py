@@ -50,6 +50,9 @@ def test_the_templates_search_amx_tiles_where_the_target_has_amx():
     amx = tiles(x86_bf16.TEMPLATE, [128, 384, 1536, 0], "sapphirerapids")
     assert amx[0] == "amx-16x2x96" and all(tile.startswith("amx-") for tile in amx)
     assert not any(tile.startswith("amx-") for tile in tiles(x86_bf16.TEMPLATE, [128, 384, 1536, 0], "znver4"))
+    attention = [12, 128, 32, 128, x86_bf16.BATCH_EPILOGUES.index("add_broadcast")]  # MiniLM's queries by keys
+    assert tiles(x86_bf16.BATCH_TEMPLATE, attention, "sapphirerapids")[0].startswith("amx-")
+    assert not any(tile.startswith("amx-") for tile in tiles(x86_bf16.BATCH_TEMPLATE, attention, "znver4"))
     stem = [224, 224, 3, 64, 7, 7, 2, 3, 3, 3, 3, 0]  # K folded into 11 pairs: one step of 11
     assert tiles(x86_bf16.CONV_TEMPLATE, stem, "sapphirerapids")[0] == "amx-16x2x11"
 
