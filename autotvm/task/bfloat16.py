@@ -24,7 +24,7 @@ import tvm
 from tvm import relax
 
 from . import x86_bf16
-from .relax_calls import constant, is_op, nhwc_conv2d, sblocks, static_shape
+from .relax_calls import constant, is_op, nhwc_conv2d, sblocks, shape_of, static_shape
 
 # False keeps the matmuls of two activations in float32 (to time a build without them)
 BATCHED = True
@@ -99,6 +99,17 @@ class _Kernels:
                 channels = None if layer is None else layer[2]
             if layer is not None:
                 self._chain(var, value, layer, channels)
+        # a weight matmul's output that only the next weight matmul reads (the feed-forward's GELU,
+        # read by its second matmul) is written in bfloat16 by its kernel, and read as it is
+        matmuls = [entry[1] for entry in self.ends.values() if type(entry[0]) is tuple]
+        self.narrow: list = []
+        for var, value in self.value.items():
+            end = next((k for k in self.ends if k.same_as(value)), None)
+            if end is None or type(self.ends[end][0]) is not tuple:
+                continue
+            last, _, user = self._past_reshapes(var)
+            if any(user is not None and user.same_as(m) and m.args[0].same_as(last) for m in matmuls):
+                self.narrow.append(end)
 
     def _only_user(self, var: Any) -> tuple[Any, Any]:
         users = self.users.get(var, [])
@@ -193,28 +204,35 @@ def to_bfloat16(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
                 out = self.batch_matmul(layer, op, residual, x86_bf16.BATCH_EPILOGUES.index(epilogue))
                 return out if static_shape(out) == static_shape(call) else relax.op.reshape(out, static_shape(call))
             inputs = [] if bias is None else [relax.const(tvm.runtime.tensor(bias.astype(np.float32)))]
-            out = (self.conv2d if is_op(op, "nn.conv2d") else self.matmul)(
-                layer, op, inputs, residual, x86_bf16.EPILOGUES.index(epilogue))
-            shape = static_shape(call)  # the shape the chain ended in
-            return out if static_shape(out) == shape else relax.op.reshape(out, shape)
+            if is_op(op, "nn.conv2d"):
+                out = self.conv2d(layer, op, inputs, residual, x86_bf16.EPILOGUES.index(epilogue))
+            else:
+                out = self.matmul(layer, op, inputs, residual, x86_bf16.EPILOGUES.index(epilogue),
+                                  int(any(k.same_as(call) for k in self.kernels.narrow)))
+            shape = shape_of(call)  # the shape the chain ended in
+            return out if shape_of(out) == shape else relax.op.reshape(out, shape)
 
         def call_template(self, func: Any, template: str, args: list[int], name: str, inputs: list,
-                          out_shape: tuple) -> Any:
+                          out_shape: tuple, dtype: str = "float32") -> Any:
             func = func.without_attr("global_symbol").with_attrs(
                 {"autotvm.template": template, "autotvm.args": args, "op_pattern": 8})
             gvar = self.builder_.add_func(func, name)
-            return self.builder_.emit(relax.call_tir(gvar, inputs, relax.TensorType(out_shape, "float32")))
+            return self.builder_.emit(relax.call_tir(gvar, inputs, relax.TensorType(out_shape, dtype)))
 
         def matmul(self, layer: tuple[int, int, int], op: Any, epilogue_inputs: list, residual: Any,
-                   epilogue: int) -> Any:
+                   epilogue: int, out: int = 0) -> Any:
+            """Its input read in bfloat16 (cast first, unless a matmul wrote it so), its output written
+            in ``x86_bf16.OUT_DTYPES[out]``."""
             (m, k, n), x = layer, self.visit_expr(op.args[0])
-            rows = self.builder_.emit(relax.op.astype(relax.op.reshape(x, (m, k)), "bfloat16"))
+            rows = relax.op.reshape(x, (m, k))
+            rows = self.builder_.emit(rows if str(x.ty.dtype) == "bfloat16" else relax.op.astype(rows, "bfloat16"))
             packed = relax.const(tvm.runtime.tensor(x86_bf16.pack_matmul_weight(constant(op.args[1]))))
             if residual is not None:
                 epilogue_inputs.append(self.builder_.emit(relax.op.reshape(self.visit_expr(residual), (m, n))))
-            name = f"matmul_bf16_{m}x{k}x{n}_{x86_bf16.EPILOGUES[epilogue]}"
-            return self.call_template(x86_bf16.matmul(m, k, n, epilogue), x86_bf16.TEMPLATE, [m, k, n, epilogue],
-                                      name, [rows, packed, *epilogue_inputs], (m, n))
+            name = f"matmul_bf16_{m}x{k}x{n}_{x86_bf16.EPILOGUES[epilogue]}" + ("_bf16" if out else "")
+            return self.call_template(x86_bf16.matmul(m, k, n, epilogue, out), x86_bf16.TEMPLATE,
+                                      [m, k, n, epilogue] + [out] * bool(out), name, [rows, packed, *epilogue_inputs],
+                                      (m, n), x86_bf16.OUT_DTYPES[out])
 
         def batch_matmul(self, layer: _Batched, op: Any, addend: Any, epilogue: int) -> Any:
             """Both operands cast to bfloat16 where they are computed (the casts before their

@@ -210,15 +210,16 @@ def _taps_intrinsic(mr: int, nv: int, kt: int, taps: int) -> tuple[str, str]:
 EPILOGUES = ("none", "bias", "bias_relu", "bias_add_relu", "bias_gelu", "bias_add")
 
 
-def _with_epilogue(inputs: list, sums: Any, epilogue: int) -> Any:
+def _with_epilogue(inputs: list, sums: Any, epilogue: int, out_dtype: str = "float32") -> Any:
     """The function of ``inputs`` and the float32 ``sums`` (its last axis the output channels),
-    with ``EPILOGUES[epilogue]`` applied in a stage ``Z``: its bias and residual inputs follow."""
+    with ``EPILOGUES[epilogue]`` applied in a stage ``Z``: its bias and residual inputs follow.
+    The output is cast to ``out_dtype`` in the last stage."""
     from tvm import topi
 
     kind = EPILOGUES[epilogue]
-    if kind == "none":
-        return te.create_prim_func([*inputs, sums])
     shape = [int(d) for d in sums.shape]
+    if kind == "none":
+        return te.create_prim_func([*inputs, _cast(sums, out_dtype)])
     bias = te.placeholder((shape[-1],), "float32", name="bias")
     residual = te.placeholder(shape, "float32", name="residual")
 
@@ -232,12 +233,21 @@ def _with_epilogue(inputs: list, sums: Any, epilogue: int) -> Any:
     elif kind == "bias_gelu":  # with TVM's fast erf, as the model's other GELUs
         erf = topi.fast_erf(topi.multiply(z, tvm.tirx.const(0.5**0.5, "float32")))
         z = topi.multiply(z, topi.add(tvm.tirx.const(0.5, "float32"), topi.multiply(erf, tvm.tirx.const(0.5, "float32"))))
-    return te.create_prim_func([*inputs, bias, *([residual] if "add" in kind else []), z])
+    return te.create_prim_func([*inputs, bias, *([residual] if "add" in kind else []), _cast(z, out_dtype)])
 
 
-def matmul(m: int, k: int, n: int, epilogue: int = 0) -> Any:
-    """C[m, n] (float32) = A[m, k] (bfloat16) x B, B given packed as (k/2, n, 2) bfloat16 pairs,
-    then ``EPILOGUES[epilogue]``."""
+def _cast(tensor: Any, dtype: str) -> Any:
+    return tensor if dtype == tensor.dtype else te.compute(tensor.shape, lambda *i: tensor(*i).astype(dtype),
+                                                           name="Z_cast")
+
+
+# what a matmul writes: float32, or bfloat16 where the next matmul reads nothing else (a template argument)
+OUT_DTYPES = ("float32", "bfloat16")
+
+
+def matmul(m: int, k: int, n: int, epilogue: int = 0, out: int = 0) -> Any:
+    """C[m, n] = A[m, k] (bfloat16) x B, B given packed as (k/2, n, 2) bfloat16 pairs, then
+    ``EPILOGUES[epilogue]``, written in ``OUT_DTYPES[out]``."""
     if k % 2:
         raise AutoTVMError(f"a bfloat16 matmul reads K in pairs: K must be even, got {k}")
     a = te.placeholder((m, k), "bfloat16", name="A")
@@ -245,7 +255,7 @@ def matmul(m: int, k: int, n: int, epilogue: int = 0) -> Any:
     kk, kp = te.reduce_axis((0, k // 2), name="kk"), te.reduce_axis((0, 2), name="kp")
     c = te.compute((m, n), lambda i, j: te.sum(a[i, kk * 2 + kp].astype("float32") * b[kk, j, kp].astype("float32"),
                                                axis=[kk, kp]), name="C")
-    return _with_epilogue([a, b], c, epilogue)
+    return _with_epilogue([a, b], c, epilogue, OUT_DTYPES[out])
 
 
 # what a batched product (attention's, both operands activations) adds to its sums: nothing, or a
@@ -365,14 +375,15 @@ def _knob_tiles(amx: list[Tile], avx512: list[Tile]) -> list[str]:
 
 
 @template(TEMPLATE)
-def matmul_template(m: int, k: int, n: int, epilogue: int = 0) -> tuple[Any, list]:
-    """The bfloat16 matmul as an AutoTVM template (and its epilogue, an index of ``EPILOGUES``):
-    its knob is the micro-kernel's tile (rows, columns, pairs of K per call; AMX's where the
-    target has AMX and a tile fits), so every tuner searches them."""
+def matmul_template(m: int, k: int, n: int, epilogue: int = 0, out: int = 0) -> tuple[Any, list]:
+    """The bfloat16 matmul as an AutoTVM template (and its epilogue, an index of ``EPILOGUES``;
+    its output's type, of ``OUT_DTYPES``): its knob is the micro-kernel's tile (rows, columns,
+    pairs of K per call; AMX's where the target has AMX and a tile fits), so every tuner searches
+    them."""
     cfg = get_config()
     cfg.define_knob("tile", _knob_tiles(tiles(m, k, n, amx=True), tiles(m, k, n)))
     cfg.add_flop(2.0 * m * k * n)
-    return schedule(matmul(m, k, n, epilogue), *Tile.parse(cfg["tile"].val)), []
+    return schedule(matmul(m, k, n, epilogue, out), *Tile.parse(cfg["tile"].val)), []
 
 
 BATCH_TEMPLATE = "x86/batch_matmul_bf16"
