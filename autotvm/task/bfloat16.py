@@ -7,7 +7,8 @@ marked so that fusion leaves it alone and tasks find it, on the weight packed in
 once, here; float32 in (a matmul's input cast to bfloat16 first, a convolution's inside its
 kernel) and out. Each takes what follows it into its kernel (``x86_bf16.EPILOGUES``): the bias
 (``add`` of a constant; a convolution's is where batch norm folded in), then a ReLU or GELU, or a
-residual added, then a ReLU or not; where nothing else reads the values in between.
+residual added, then a ReLU or not; where nothing else reads the values in between. A matmul whose
+output only the next matmul reads (a feed-forward's first) writes it in bfloat16.
 
 A matmul of two activations (attention's products: its query by its keys, its weights by its
 values) becomes a call of the batched template, each operand cast to bfloat16 in the kernel that
@@ -133,7 +134,7 @@ class _Kernels:
     def _batch_chain(self, var: Any, op: Any, layer: _Batched) -> None:
         """The epilogue after a batched matmul: an addend of its rows and columns (an attention
         mask), the same for every product or one each."""
-        added, add = self._only_user(var)
+        _, add = self._only_user(var)
         other = _addend(add, var)
         shape = static_shape(other) if other is not None else None
         kind = "none"
@@ -200,11 +201,10 @@ def to_bfloat16(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
             if end is None:
                 return super().visit_call_(call)
             layer, op, bias, residual, epilogue = end
+            inputs = [] if bias is None else [relax.const(tvm.runtime.tensor(bias.astype(np.float32)))]
             if isinstance(layer, _Batched):
                 out = self.batch_matmul(layer, op, residual, x86_bf16.BATCH_EPILOGUES.index(epilogue))
-                return out if static_shape(out) == static_shape(call) else relax.op.reshape(out, static_shape(call))
-            inputs = [] if bias is None else [relax.const(tvm.runtime.tensor(bias.astype(np.float32)))]
-            if is_op(op, "nn.conv2d"):
+            elif is_op(op, "nn.conv2d"):
                 out = self.conv2d(layer, op, inputs, residual, x86_bf16.EPILOGUES.index(epilogue))
             else:
                 out = self.matmul(layer, op, inputs, residual, x86_bf16.EPILOGUES.index(epilogue),

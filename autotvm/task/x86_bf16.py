@@ -237,6 +237,7 @@ def _with_epilogue(inputs: list, sums: Any, epilogue: int, out_dtype: str = "flo
 
 
 def _cast(tensor: Any, dtype: str) -> Any:
+    """``tensor`` in ``dtype``: itself, or a stage that casts it."""
     return tensor if dtype == tensor.dtype else te.compute(tensor.shape, lambda *i: tensor(*i).astype(dtype),
                                                            name="Z_cast")
 
