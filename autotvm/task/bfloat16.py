@@ -101,16 +101,11 @@ class _Kernels:
             if layer is not None:
                 self._chain(var, value, layer, channels)
         # a weight matmul's output that only the next weight matmul reads (the feed-forward's GELU,
-        # read by its second matmul) is written in bfloat16 by its kernel, and read as it is
-        matmuls = [entry[1] for entry in self.ends.values() if type(entry[0]) is tuple]
-        self.narrow: list = []
-        for var, value in self.value.items():
-            end = next((k for k in self.ends if k.same_as(value)), None)
-            if end is None or type(self.ends[end][0]) is not tuple:
-                continue
-            last, _, user = self._past_reshapes(var)
-            if any(user is not None and user.same_as(m) and m.args[0].same_as(last) for m in matmuls):
-                self.narrow.append(end)
+        # read by its second matmul) is written in bfloat16 by its kernel, and read as it is; the
+        # weight matmuls are the chains whose layer is a plain (m, k, n)
+        matmuls = [op for layer, op, *_ in self.ends.values() if type(layer) is tuple]
+        self.narrow = [value for var, value in self.value.items() if type(self.ends.get(value, (None,))[0]) is tuple
+                       and any(op.same_as(self._past_reshapes(var)[2]) for op in matmuls)]
 
     def _only_user(self, var: Any) -> tuple[Any, Any]:
         users = self.users.get(var, [])
