@@ -295,6 +295,47 @@ def test_a_downsampling_block_gives_the_residual_add_to_one_of_its_two_convoluti
 
 
 @pytest.mark.skipif(not HAS_BF16, reason="this CPU has no AVX512-BF16")
+def test_an_inverted_residual_block_takes_its_relu6_into_the_expanding_convolution():
+    """MobileNetV2's block after a convolution x, x + bn(conv1x1(relu6(bn(dwconv3x3(relu6(bn(
+    conv1x1(x)))))))): the expanding convolution takes its bias and ReLU6 (a clip to [0, 6]) in,
+    the projecting one its bias and the residual; the depthwise one stays float32 with its ReLU6;
+    no kernel only clips."""
+    import torch
+    from torch import nn
+    from tvm import relax
+
+    class InvertedResidual(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.stem = nn.Sequential(nn.Conv2d(32, 32, 1, bias=False), nn.BatchNorm2d(32))
+            self.expand = nn.Sequential(nn.Conv2d(32, 64, 1, bias=False), nn.BatchNorm2d(64), nn.ReLU6())
+            self.depthwise = nn.Sequential(nn.Conv2d(64, 64, 3, 1, 1, groups=64, bias=False), nn.BatchNorm2d(64),
+                                           nn.ReLU6())
+            self.project = nn.Sequential(nn.Conv2d(64, 32, 1, bias=False), nn.BatchNorm2d(32))
+
+        def forward(self, x):
+            x = self.stem(x)
+            return x + self.project(self.depthwise(self.expand(x)))
+
+    torch.manual_seed(0)
+    model = InvertedResidual().eval()
+    for norm in (model.stem[1], model.expand[1], model.depthwise[1], model.project[1]):
+        norm.running_mean.uniform_(-1, 1), norm.running_var.uniform_(0.5, 2), norm.weight.data.uniform_(1, 4)
+    model.expand[1].running_var.uniform_(0.02, 0.1)  # a third of the expanded values clipped at 6
+    x = torch.randn(1, 32, 16, 16)
+    mod, bound, expected = _bound_program(model, x)
+    tasks = autotvm.task.extract_from_program(mod, HOST, bound, precision="bfloat16", conv_layout="NHWC")
+    kinds = {t.args[:4]: x86_bf16.EPILOGUES[t.args[-1]] for t in tasks if t.name == x86_bf16.CONV_TEMPLATE}
+    assert kinds == {(16, 16, 32, 32): "bias", (16, 16, 32, 64): "bias_relu6", (16, 16, 64, 32): "bias_add"}
+    assert not [t.name for t in tasks if "clip" in t.name and "conv2d" not in t.name]
+    exe = autotvm.build_program(mod, HOST, bound, precision="bfloat16", conv_layout="NHWC")
+    got = relax.VirtualMachine(exe, tvm.cpu())["main"](tvm.runtime.tensor(x.numpy()))
+    got = (got[0] if not hasattr(got, "numpy") else got).numpy()
+    assert (model.expand(model.stem(x)).detach().numpy() >= 6).mean() > 0.2  # the clip's top bound is reached
+    np.testing.assert_allclose(got, expected, rtol=0, atol=2e-2 * np.abs(expected).max())
+
+
+@pytest.mark.skipif(not HAS_BF16, reason="this CPU has no AVX512-BF16")
 def test_a_transformer_feed_forward_takes_its_gelu_and_residual_into_the_matmuls():
     """x + down(gelu(up(x))), as BERT's feed-forward: the first matmul takes its bias and GELU and
     writes bfloat16 for the second, which takes its bias and the residual, through the reshapes

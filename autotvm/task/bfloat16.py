@@ -6,9 +6,9 @@ float32 weight that the micro-kernel tiles becomes a ``call_tir`` of its templat
 marked so that fusion leaves it alone and tasks find it, on the weight packed in bfloat16 pairs
 once, here; float32 in (a matmul's input cast to bfloat16 first, a convolution's inside its
 kernel) and out. Each takes what follows it into its kernel (``x86_bf16.EPILOGUES``): the bias
-(``add`` of a constant; a convolution's is where batch norm folded in), then a ReLU or GELU, or a
-residual added, then a ReLU or not; where nothing else reads the values in between. A matmul whose
-output only the next matmul reads (a feed-forward's first) writes it in bfloat16.
+(``add`` of a constant; a convolution's is where batch norm folded in), then a ReLU, GELU or
+ReLU6, or a residual added, then a ReLU or not; where nothing else reads the values in between.
+A matmul whose output only the next matmul reads (a feed-forward's first) writes it in bfloat16.
 
 A matmul of two activations (attention's products: its query by its keys, its weights by its
 values) becomes a call of the batched template, each operand cast to bfloat16 in the kernel that
@@ -147,8 +147,8 @@ class _Kernels:
         return any(k.same_as(call) for k in self.taken)
 
     def _chain(self, var: Any, op: Any, layer: Any, channels: int) -> None:
-        """The epilogue after ``op``: a bias (``add`` of a constant), then a ReLU or a GELU, or a
-        residual added (then a ReLU, or not)."""
+        """The epilogue after ``op``: a bias (``add`` of a constant), then a ReLU, a GELU or a ReLU6,
+        or a residual added (then a ReLU, or not)."""
         biased, add = self._only_user(var)
         bias = constant(_addend(add, var))  # one per output channel, broadcast over the rest
         if bias is None or bias.size != channels or bias.shape[-1] != channels or self._claimed(add):
@@ -160,6 +160,8 @@ class _Kernels:
         shape = static_shape(after)
         if shape is not None and (is_op(after, "nn.relu") or is_op(after, "nn.gelu")):
             end, kind = after, "bias_relu" if is_op(after, "nn.relu") else "bias_gelu"
+        elif shape is not None and _relu6(after):
+            end, kind = after, "bias_relu6"
         elif shape is not None and (other := _addend(after, shaped)) is not None and constant(other) is None \
                 and static_shape(other) == shape and not self._claimed(after):  # the other addend's kernel took it
             end, kind, residual = after, "bias_add", other
@@ -175,6 +177,11 @@ def _addend(call: Any, var: Any) -> Any:
     if not is_op(call, "add") or len(call.args) != 2 or not any(a.same_as(var) for a in call.args):
         return None
     return next(a for a in call.args if not a.same_as(var))
+
+
+def _relu6(call: Any) -> bool:
+    """Whether ``call`` is ``clip(x, 0, 6)`` (PyTorch's ReLU6, in MobileNetV2)."""
+    return is_op(call, "clip") and [getattr(bound, "value", None) for bound in call.args[1:]] == [0, 6]
 
 
 def _vars_in(expr: Any) -> list:

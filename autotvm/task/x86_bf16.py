@@ -205,9 +205,10 @@ def _taps_intrinsic(mr: int, nv: int, kt: int, taps: int) -> tuple[str, str]:
     return intrin, x86_amx.kernel_ir(name, mr, nv, kt, taps)
 
 
-# what a kernel applies to its sums before it writes them: a bias per output channel, then a ReLU
-# or GELU, or a residual added (before the ReLU for a convolution); the index is a template argument
-EPILOGUES = ("none", "bias", "bias_relu", "bias_add_relu", "bias_gelu", "bias_add")
+# what a kernel applies to its sums before it writes them: a bias per output channel, then a ReLU,
+# GELU or ReLU6 (a clip to [0, 6]), or a residual added (before the ReLU for a convolution); the
+# index is a template argument
+EPILOGUES = ("none", "bias", "bias_relu", "bias_add_relu", "bias_gelu", "bias_add", "bias_relu6")
 
 
 def _with_epilogue(inputs: list, sums: Any, epilogue: int, out_dtype: str = "float32") -> Any:
@@ -230,6 +231,8 @@ def _with_epilogue(inputs: list, sums: Any, epilogue: int, out_dtype: str = "flo
     z = te.compute(shape, biased, name="Z")
     if kind in ("bias_relu", "bias_add_relu"):
         z = topi.nn.relu(z)
+    elif kind == "bias_relu6":
+        z = topi.clip(z, 0.0, 6.0)
     elif kind == "bias_gelu":  # with TVM's fast erf, as the model's other GELUs
         erf = topi.fast_erf(topi.multiply(z, tvm.tirx.const(0.5**0.5, "float32")))
         z = topi.multiply(z, topi.add(tvm.tirx.const(0.5, "float32"), topi.multiply(erf, tvm.tirx.const(0.5, "float32"))))
