@@ -183,7 +183,11 @@ def test_convolutions_tile_and_fold_few_channels_into_the_taps():
     body = x86_bf16.Conv2D(7, 7, 512, 512, 3, 3, 1, 1, 1, 1, 1)
     assert not body.folded and {mr for mr, _, _, _ in x86_bf16.conv2d_tiles(body)} == {7}
     assert {mr for mr, _, _, _ in x86_bf16.conv2d_tiles(body, amx=True)} == {7}
-    assert not x86_bf16.conv2d_fits(x86_bf16.Conv2D(8, 8, 64, 24, 3, 3, 1, 1, 1, 1, 1))  # 24 filters: no vector of 16
+    # 24 filters: computed as 32, the packed weight's last 8 zeros
+    narrow = x86_bf16.Conv2D(8, 8, 64, 24, 3, 3, 1, 1, 1, 1, 1)
+    assert x86_bf16.conv2d_fits(narrow) and (narrow.filters, narrow.block) == (32, 32)
+    packed = x86_bf16.pack_conv2d_weight(np.ones((24, 3, 3, 64), np.float32))
+    assert packed.shape == (1, 3, 3, 32, 32, 2) and not packed[..., 24:, :].any() and packed[..., :24, :].all()
     with pytest.raises(autotvm.AutoTVMError, match="takes 12 integers"):
         autotvm.task.create(x86_bf16.CONV_TEMPLATE, [56, 56, 64], HOST)
 
@@ -196,6 +200,8 @@ def test_convolutions_tile_and_fold_few_channels_into_the_taps():
     ((13, 11, 32, 48, 3, 3, 2, 0, 1, 2, 1), "channels"),  # stride 2, uneven pads, 3 vectors of filters
     ((12, 12, 5, 32, 3, 3, 2, 1, 1, 1, 1), "weights"),  # few channels: folded
     ((10, 10, 64, 32, 1, 1, 2, 0, 0, 0, 0), "rows"),  # a 1x1 downsampling
+    ((14, 14, 144, 24, 1, 1, 1, 0, 0, 0, 0), "channels"),  # 24 filters (computed as 32), 72 pairs: folded
+    ((9, 14, 64, 40, 3, 3, 1, 1, 1, 1, 1), "rows"),  # 40 filters (48)
 ])
 def test_the_convolution_kernel_computes_the_bfloat16_convolution_in_float32(shape, order, amx, all_rows):
     import ml_dtypes

@@ -439,10 +439,16 @@ class Conv2D(NamedTuple):
         return (self.kw * self.c + 1) // 2 if self.folded else self.c // 2
 
     @property
+    def filters(self) -> int:
+        """Filters computed: ``co`` up to a multiple of 16 (the micro-kernel's vectors), the added
+        ones zeros in the packed weight, their sums never written."""
+        return -(-self.co // 16) * 16
+
+    @property
     def block(self) -> int:
-        """Filters per block of the packed weight (the most of 64, 48, 32, 16 that divides them, or 0
-        where none does): a core reading one block of filters reads contiguous memory."""
-        return next((b for b in (64, 48, 32, 16) if self.co % b == 0), 0)
+        """Filters per block of the packed weight (the most of 64, 48, 32, 16 that divides
+        ``filters``): a core reading one block of filters reads contiguous memory."""
+        return next(b for b in (64, 48, 32, 16) if self.filters % b == 0)
 
 
 MIN_KT = 16  # the fewest pairs of K a call of the micro-kernel reads when it does not read them all
@@ -454,14 +460,13 @@ def conv2d(shape: Conv2D) -> Any:
     P (h + pads, stride, ow + (kw - 1) / stride, c): pixel ``x * stride + q`` of a row at
     ``P[.., q, x, :]``, so each filter tap reads a strided matrix. Folded (``Conv2D.folded``), P
     is (h + pads, 1, ow, 2 pairs): output pixel x's row of taps, its channels side by side, and
-    the convolution has one tap per row of the filter."""
+    the convolution has one tap per row of the filter. It sums ``Conv2D.filters`` filters (``co``
+    up to a multiple of 16) and writes the first ``co``."""
     s, (oh, ow) = shape.stride, shape.out
-    if not shape.block:
-        raise AutoTVMError(f"a bfloat16 convolution computes filters in vectors of 16: got {shape.co} filters")
     x = te.placeholder((1, shape.h, shape.w, shape.c), "float32", name="X")
     kw, steps, width = (1, 1, ow) if shape.folded else (shape.kw, s, ow + (shape.kw - 1) // s)
     blk = shape.block
-    w = te.placeholder((shape.co // blk, shape.kh, kw, shape.pairs, blk, 2), "bfloat16", name="W")
+    w = te.placeholder((shape.filters // blk, shape.kh, kw, shape.pairs, blk, 2), "bfloat16", name="W")
 
     def padded(hh: Any, q: Any, ww: Any, ci: Any) -> Any:
         if shape.folded:
@@ -480,9 +485,11 @@ def conv2d(shape: Conv2D) -> Any:
     p = te.compute((shape.h + shape.pad_top + shape.pad_bottom, steps, width, 2 * shape.pairs), padded, name="P")
     r, t = te.reduce_axis((0, shape.kh), name="r"), te.reduce_axis((0, kw), name="t")
     cc, cp = te.reduce_axis((0, shape.pairs), name="cc"), te.reduce_axis((0, 2), name="cp")
-    y = te.compute((1, oh, ow, shape.co), lambda n, i, j, o: te.sum(
+    y = te.compute((1, oh, ow, shape.filters), lambda n, i, j, o: te.sum(
         p[i * s + r, t % steps, j + t // steps, cc * 2 + cp].astype("float32") * w[o // blk, r, t, cc, o % blk, cp].astype("float32"),
         axis=[r, t, cc, cp]), name="Y")
+    if shape.filters != shape.co:  # the sums of the real filters
+        y = te.compute((1, oh, ow, shape.co), lambda *index: y(*index), name="Y_real")
     return _with_epilogue([x, w], y, shape.epilogue)
 
 
@@ -531,30 +538,31 @@ def conv2d_tiles(shape: Conv2D, amx: bool = False) -> list[Tile]:
     if amx:
         return _amx_tiles([mr for mr in range(max(2, min(7, ow)), 65) if ow % mr == 0], shape.block // 16, steps)
     found = [Tile(mr, nv, kt) for mr in range(2, 15) for nv in (1, 2, 3, 4) for kt in steps
-             if _fits_registers(mr, nv) and mr * nv >= 8 and ow % mr == 0 and shape.block
+             if _fits_registers(mr, nv) and mr * nv >= 8 and ow % mr == 0
              and shape.block % (16 * nv) == 0 and shape.pairs % kt == 0]
     return sorted(found, key=lambda tile: (-tile.mr * tile.nv, -tile.kt))
 
 
 def conv2d_fits(shape: Conv2D) -> bool:
-    """Whether the micro-kernel can compute a convolution (filters in vectors of 16, a tile that
-    divides the output width)."""
+    """Whether the micro-kernel can compute a convolution (a tile that divides the output width)."""
     return bool(conv2d_tiles(shape) or conv2d_tiles(shape, amx=True))
 
 
 def pack_conv2d_weight(w: Any) -> Any:
-    """A float32 OHWI weight (co, kh, kw, c) as ``conv2d`` reads it, in blocks of filters
-    (``Conv2D.block``): (co / block, kh, kw, c/2, block, 2) bfloat16 pairs of input channels, or
-    folded (few channels), (co / block, kh, 1, pairs, block, 2) pairs of a row's taps x channels."""
+    """A float32 OHWI weight (co, kh, kw, c) as ``conv2d`` reads it, zero filters added up to
+    ``Conv2D.filters``, in blocks of filters (``Conv2D.block``): (filters / block, kh, kw, c/2,
+    block, 2) bfloat16 pairs of input channels, or folded (few channels), (filters / block, kh, 1,
+    pairs, block, 2) pairs of a row's taps x channels."""
     import ml_dtypes
     import numpy as np
 
     co, kh, kw, c = w.shape
     shape = Conv2D(1, 1, c, co, kh, kw, 1, 0, 0, 0, 0)
+    w = np.pad(w, [(0, shape.filters - co), (0, 0), (0, 0), (0, 0)])  # zero filters up to a multiple of 16
     if shape.folded:
-        w = np.pad(w.reshape(co, kh, 1, kw * c), [(0, 0), (0, 0), (0, 0), (0, 2 * shape.pairs - kw * c)])
+        w = np.pad(w.reshape(shape.filters, kh, 1, kw * c), [(0, 0), (0, 0), (0, 0), (0, 2 * shape.pairs - kw * c)])
         kw = 1
-    blocks = w.astype(ml_dtypes.bfloat16).reshape(co // shape.block, shape.block, kh, kw, shape.pairs, 2)
+    blocks = w.astype(ml_dtypes.bfloat16).reshape(shape.filters // shape.block, shape.block, kh, kw, shape.pairs, 2)
     return blocks.transpose(0, 2, 3, 4, 1, 5).copy()
 
 
