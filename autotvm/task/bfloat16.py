@@ -25,7 +25,7 @@ import tvm
 from tvm import relax
 
 from . import x86_bf16
-from .relax_calls import constant, is_op, nhwc_conv2d, sblocks, shape_of, static_shape
+from .relax_calls import clip_bounds, constant, is_op, nhwc_conv2d, sblocks, shape_of, static_shape
 
 # False keeps the matmuls of two activations in float32 (to time a build without them)
 BATCHED = True
@@ -181,7 +181,7 @@ def _addend(call: Any, var: Any) -> Any:
 
 def _relu6(call: Any) -> bool:
     """Whether ``call`` is ``clip(x, 0, 6)`` (PyTorch's ReLU6, in MobileNetV2)."""
-    return is_op(call, "clip") and [getattr(bound, "value", None) for bound in call.args[1:]] == [0, 6]
+    return clip_bounds(call) == [0, 6]
 
 
 def _vars_in(expr: Any) -> list:

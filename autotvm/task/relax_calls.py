@@ -31,6 +31,12 @@ def static_shape(expr: Any) -> list[int] | None:
     return shape_of(expr) if getattr(getattr(expr, "ty", None), "dtype", None) == "float32" else None
 
 
+def clip_bounds(call: Any) -> list:
+    """The bounds of ``clip(x, low, high)`` as Python numbers where they are scalars (an empty
+    list for any other call)."""
+    return [getattr(bound, "value", None) for bound in call.args[1:]] if is_op(call, "clip") else []
+
+
 def constant(expr: Any) -> np.ndarray | None:
     """A float32 constant's value (None for anything else, None included)."""
     return expr.value.numpy() if isinstance(expr, tvm.ir.expr.Constant) and expr.ty.dtype == "float32" else None

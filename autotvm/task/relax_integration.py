@@ -20,7 +20,7 @@ from .layout_pads import nhwc_pads
 from .matmul_fusion import combine_parallel_matmuls, epilogues_before_reshapes
 from .matmul_views import matmuls_read_views
 from .norm_prologues import norms_compute_their_inputs
-from .relax_calls import is_op, rewrite_bindings, sblocks
+from .relax_calls import clip_bounds, is_op, rewrite_bindings, sblocks
 from .safe_softmax import one_function_safe_softmax
 from .split_k import split_k_matmuls
 from .space import InstantiationError
@@ -131,7 +131,7 @@ def clips_of_constants(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
     from tvm import relax
 
     def bounded(_rewriter: Any, call: Any) -> Any:
-        bounds = [getattr(bound, "value", None) for bound in call.args[1:]] if is_op(call, "clip") else []
+        bounds = clip_bounds(call)
         data = call.args[0] if bounds else None
         dtype = str(getattr(getattr(data, "ty", None), "dtype", ""))
         if "float" not in dtype or not all(isinstance(b, (int, float)) for b in bounds):

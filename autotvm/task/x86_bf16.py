@@ -249,11 +249,16 @@ def _cast(tensor: Any, dtype: str) -> Any:
 OUT_DTYPES = ("float32", "bfloat16")
 
 
+def _check_pairs(k: int) -> None:
+    """A bfloat16 matmul reads K in pairs."""
+    if k % 2:
+        raise AutoTVMError(f"a bfloat16 matmul reads K in pairs: K must be even, got {k}")
+
+
 def matmul(m: int, k: int, n: int, epilogue: int = 0, out: int = 0) -> Any:
     """C[m, n] = A[m, k] (bfloat16) x B, B given packed as (k/2, n, 2) bfloat16 pairs, then
     ``EPILOGUES[epilogue]``, written in ``OUT_DTYPES[out]``."""
-    if k % 2:
-        raise AutoTVMError(f"a bfloat16 matmul reads K in pairs: K must be even, got {k}")
+    _check_pairs(k)
     a = te.placeholder((m, k), "bfloat16", name="A")
     b = te.placeholder((k // 2, n, 2), "bfloat16", name="B")
     kk, kp = te.reduce_axis((0, k // 2), name="kk"), te.reduce_axis((0, 2), name="kp")
@@ -272,8 +277,7 @@ def batch_matmul(b: int, m: int, k: int, n: int, epilogue: int = 0) -> Any:
     """C[b, m, n] (float32) = A[b, m, k] (bfloat16) x B[b], each B given packed as (k/2, n, 2)
     bfloat16 pairs (an activation packed at run time), then ``BATCH_EPILOGUES[epilogue]``: R
     (1 or b, m, n) added."""
-    if k % 2:
-        raise AutoTVMError(f"a bfloat16 matmul reads K in pairs: K must be even, got {k}")
+    _check_pairs(k)
     a = te.placeholder((b, m, k), "bfloat16", name="A")
     packed = te.placeholder((b, k // 2, n, 2), "bfloat16", name="B")
     kk, kp = te.reduce_axis((0, k // 2), name="kk"), te.reduce_axis((0, 2), name="kp")
