@@ -178,15 +178,21 @@ def test_a_bfloat16_model_tunes_its_matmuls_as_tile_knobs_and_stays_accurate(tmp
 def test_convolutions_tile_and_fold_few_channels_into_the_taps():
     stem = x86_bf16.Conv2D(224, 224, 3, 64, 7, 7, 2, 3, 3, 3, 3)  # ResNet's first layer, on RGB
     assert stem.out == (112, 112) and stem.folded and stem.pairs == 11  # 7 taps x 3 channels, and a zero
-    assert x86_bf16.pack_conv2d_weight(np.ones((64, 7, 7, 3), np.float32)).shape == (1, 7, 1, 11, 64, 2)
+    assert x86_bf16.pack_conv2d_weight(np.ones((64, 7, 7, 3), np.float32), stem).shape == (1, 7, 1, 11, 64, 2)
     assert all(kt == 11 and 112 % mr == 0 for mr, _, kt, _ in x86_bf16.conv2d_tiles(stem))
     body = x86_bf16.Conv2D(7, 7, 512, 512, 3, 3, 1, 1, 1, 1, 1)
     assert not body.folded and {mr for mr, _, _, _ in x86_bf16.conv2d_tiles(body)} == {7}
     assert {mr for mr, _, _, _ in x86_bf16.conv2d_tiles(body, amx=True)} == {7}
+    # 7 pixels a row: no tile's columns fill 64 filters, so the weight comes in blocks of 32 that
+    # its tiles of 7 x 32 read whole; 56 pixels a row: tiles of 2 x 64 fill blocks of 64
+    assert body.block == 32 and x86_bf16.Conv2D(56, 56, 64, 64, 3, 3, 1, 1, 1, 1, 1).block == 64
+    assert x86_bf16.pack_conv2d_weight(np.ones((512, 3, 3, 512), np.float32), body).shape == (16, 3, 3, 256, 32, 2)
+    with pytest.raises(autotvm.AutoTVMError, match="not the OHWI weight"):
+        x86_bf16.pack_conv2d_weight(np.ones((512, 3, 3, 256), np.float32), body)
     # 24 filters: computed as 32, the packed weight's last 8 zeros
     narrow = x86_bf16.Conv2D(8, 8, 64, 24, 3, 3, 1, 1, 1, 1, 1)
     assert x86_bf16.conv2d_fits(narrow) and (narrow.filters, narrow.block) == (32, 32)
-    packed = x86_bf16.pack_conv2d_weight(np.ones((24, 3, 3, 64), np.float32))
+    packed = x86_bf16.pack_conv2d_weight(np.ones((24, 3, 3, 64), np.float32), narrow)
     assert packed.shape == (1, 3, 3, 32, 32, 2) and not packed[..., 24:, :].any() and packed[..., :24, :].all()
     with pytest.raises(autotvm.AutoTVMError, match="takes 12 integers"):
         autotvm.task.create(x86_bf16.CONV_TEMPLATE, [56, 56, 64], HOST)
@@ -202,6 +208,7 @@ def test_convolutions_tile_and_fold_few_channels_into_the_taps():
     ((10, 10, 64, 32, 1, 1, 2, 0, 0, 0, 0), "rows"),  # a 1x1 downsampling
     ((14, 14, 144, 24, 1, 1, 1, 0, 0, 0, 0), "channels"),  # 24 filters (computed as 32), 72 pairs: folded
     ((9, 14, 64, 40, 3, 3, 1, 1, 1, 1, 1), "rows"),  # 40 filters (48)
+    ((7, 7, 64, 64, 3, 3, 1, 1, 1, 1, 1), "weights"),  # 7 pixels a row: two blocks of 32 filters
 ])
 def test_the_convolution_kernel_computes_the_bfloat16_convolution_in_float32(shape, order, amx, all_rows):
     import ml_dtypes
@@ -216,7 +223,7 @@ def test_the_convolution_kernel_computes_the_bfloat16_convolution_in_float32(sha
     assert (f"tvm_amx_bf16_conv_{shape.kh}x" in mod.script()) == (all_rows and shape.kh > 1)
     lib = tvm.compile(mod, target=HOST)
     y = tvm.runtime.tensor(np.zeros((1, *shape.out, shape.co), np.float32))
-    lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(x86_bf16.pack_conv2d_weight(w)), y)
+    lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(x86_bf16.pack_conv2d_weight(w, shape)), y)
     padded = torch.nn.functional.pad(torch.tensor(x).permute(0, 3, 1, 2),
                                      (shape.pad_left, shape.pad_right, shape.pad_top, shape.pad_bottom))
     expected = torch.nn.functional.conv2d(padded, torch.tensor(w).permute(0, 3, 1, 2), stride=shape.stride)

@@ -255,7 +255,7 @@ def to_bfloat16(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
         def conv2d(self, layer: x86_bf16.Conv2D, op: Any, epilogue_inputs: list, residual: Any,
                    epilogue: int) -> Any:
             layer = layer._replace(epilogue=epilogue)
-            packed = relax.const(tvm.runtime.tensor(x86_bf16.pack_conv2d_weight(constant(op.args[1]))))
+            packed = relax.const(tvm.runtime.tensor(x86_bf16.pack_conv2d_weight(constant(op.args[1]), layer)))
             inputs = [self.visit_expr(op.args[0]), packed, *epilogue_inputs]
             inputs += [] if residual is None else [self.visit_expr(residual)]
             name = "conv2d_bf16_" + "_".join(map(str, layer[:-1])) + "_" + x86_bf16.EPILOGUES[epilogue]

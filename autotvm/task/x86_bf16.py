@@ -450,9 +450,15 @@ class Conv2D(NamedTuple):
 
     @property
     def block(self) -> int:
-        """Filters per block of the packed weight (the most of 64, 48, 32, 16 that divides
-        ``filters``): a core reading one block of filters reads contiguous memory."""
-        return next(b for b in (64, 48, 32, 16) if self.filters % b == 0)
+        """Filters per block of the packed weight: the most of 64, 48, 32, 16 that divides
+        ``filters`` and that the columns of one AVX-512 tile fill (as ``conv2d_tiles`` has them),
+        so that a tile reads its weights from contiguous memory (with 7 pixels a row no tile fills
+        64: one of 32 reading half of each row of a 64-block fetched the weights from memory
+        slower); where no tile fills one, the most that divides ``filters``."""
+        _, ow = self.out
+        blocks = [b for b in (64, 48, 32, 16) if self.filters % b == 0]
+        return next((b for b in blocks if any(ow % mr == 0 and _fits_registers(mr, b // 16) and mr * b >= 128
+                                               for mr in range(2, 15))), blocks[0])
 
 
 MIN_KT = 16  # the fewest pairs of K a call of the micro-kernel reads when it does not read them all
@@ -552,16 +558,17 @@ def conv2d_fits(shape: Conv2D) -> bool:
     return bool(conv2d_tiles(shape) or conv2d_tiles(shape, amx=True))
 
 
-def pack_conv2d_weight(w: Any) -> Any:
-    """A float32 OHWI weight (co, kh, kw, c) as ``conv2d`` reads it, zero filters added up to
-    ``Conv2D.filters``, in blocks of filters (``Conv2D.block``): (filters / block, kh, kw, c/2,
-    block, 2) bfloat16 pairs of input channels, or folded (few channels), (filters / block, kh, 1,
-    pairs, block, 2) pairs of a row's taps x channels."""
+def pack_conv2d_weight(w: Any, shape: Conv2D) -> Any:
+    """A float32 OHWI weight (co, kh, kw, c) of the convolution ``shape`` as ``conv2d`` reads it,
+    zero filters added up to ``Conv2D.filters``, in blocks of filters (``Conv2D.block``):
+    (filters / block, kh, kw, c/2, block, 2) bfloat16 pairs of input channels, or folded (few
+    channels), (filters / block, kh, 1, pairs, block, 2) pairs of a row's taps x channels."""
     import ml_dtypes
     import numpy as np
 
     co, kh, kw, c = w.shape
-    shape = Conv2D(1, 1, c, co, kh, kw, 1, 0, 0, 0, 0)
+    if (co, kh, kw, c) != (shape.co, shape.kh, shape.kw, shape.c):
+        raise AutoTVMError(f"a weight of shape {w.shape} is not the OHWI weight of {shape}")
     w = np.pad(w, [(0, shape.filters - co), (0, 0), (0, 0), (0, 0)])  # zero filters up to a multiple of 16
     if shape.folded:
         w = np.pad(w.reshape(shape.filters, kh, 1, kw * c), [(0, 0), (0, 0), (0, 0), (0, 2 * shape.pairs - kw * c)])
