@@ -457,8 +457,16 @@ class Conv2D(NamedTuple):
         slower); where no tile fills one, the most that divides ``filters``."""
         _, ow = self.out
         blocks = [b for b in (64, 48, 32, 16) if self.filters % b == 0]
-        return next((b for b in blocks if any(ow % mr == 0 and _fits_registers(mr, b // 16) and mr * b >= 128
-                                               for mr in range(2, 15))), blocks[0])
+        return next((b for b in blocks if any(_conv_tile_fits(ow, mr, b // 16) for mr in CONV_ROWS)), blocks[0])
+
+
+CONV_ROWS = range(2, 15)  # the pixels of an output row an AVX-512 convolution tile may take
+
+
+def _conv_tile_fits(ow: int, mr: int, nv: int) -> bool:
+    """An AVX-512 convolution tile of ``mr`` pixels of a row of ``ow`` by ``16 nv`` filters: ``mr``
+    divides the row, its accumulators fit the registers, and it has at least 8 of them."""
+    return ow % mr == 0 and _fits_registers(mr, nv) and mr * nv >= 8
 
 
 MIN_KT = 16  # the fewest pairs of K a call of the micro-kernel reads when it does not read them all
@@ -547,9 +555,8 @@ def conv2d_tiles(shape: Conv2D, amx: bool = False) -> list[Tile]:
     steps = [kt for kt in range(MIN_KT, 129) if shape.pairs % kt == 0] or [shape.pairs]
     if amx:
         return _amx_tiles([mr for mr in range(max(2, min(7, ow)), 65) if ow % mr == 0], shape.block // 16, steps)
-    found = [Tile(mr, nv, kt) for mr in range(2, 15) for nv in (1, 2, 3, 4) for kt in steps
-             if _fits_registers(mr, nv) and mr * nv >= 8 and ow % mr == 0
-             and shape.block % (16 * nv) == 0 and shape.pairs % kt == 0]
+    found = [Tile(mr, nv, kt) for mr in CONV_ROWS for nv in (1, 2, 3, 4) for kt in steps
+             if _conv_tile_fits(ow, mr, nv) and shape.block % (16 * nv) == 0 and shape.pairs % kt == 0]
     return sorted(found, key=lambda tile: (-tile.mr * tile.nv, -tile.kt))
 
 
