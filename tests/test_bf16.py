@@ -38,6 +38,11 @@ def test_tiles_fit_the_shape_and_the_registers():
     assert not x86_bf16.tiles(1, 384, 384, amx=True)  # one row: no tile (its loop would vanish), stays float32
     with pytest.raises(autotvm.AutoTVMError, match="8 registers"):
         x86_bf16.intrinsic(48, 2, 64, amx=True)
+    # 72 pairs: 4 steps of 16 and one of 8, whose tiles of their own shape take nv + 1 registers more
+    from autotvm.task import x86_amx
+
+    assert x86_amx.fits(16, 2, 72) and not x86_amx.fits(32, 2, 72) and x86_amx.fits(32, 2, 64)
+    assert x86_bf16.conv2d_tiles(x86_bf16.Conv2D(56, 56, 144, 24, 1, 1, 1, 0, 0, 0, 0), amx=True)
     with pytest.raises(autotvm.AutoTVMError, match="only AMX's"):  # a call summing a filter's 3 rows
         x86_bf16.intrinsic(4, 2, 16, taps=3)
 
@@ -131,11 +136,13 @@ def test_where_the_process_may_not_use_amx_the_templates_keep_to_avx512(monkeypa
 @pytest.mark.skipif(not HAS_AMX, reason="this CPU has no AMX")
 def test_the_amx_micro_kernel_computes_the_bfloat16_product_in_a_fresh_process():
     """In a process that has not asked Linux for AMX's tile state (nothing but TVM imported), the
-    kernel asks itself; several tiles at once in a row, fewer rows than 16, K in a short step."""
+    kernel asks itself; several tiles at once in a row, fewer rows than 16, K in a short step, K
+    in steps of 16 and a shorter last one."""
     import subprocess
     import sys
 
-    cases = [(32, 64, 96, 16, 2, 32), (64, 64, 32, 32, 1, 16), (24, 96, 48, 8, 3, 16), (14, 20, 32, 14, 2, 10)]
+    cases = [(32, 64, 96, 16, 2, 32), (64, 64, 32, 32, 1, 16), (24, 96, 48, 8, 3, 16), (14, 20, 32, 14, 2, 10),
+             (32, 144, 64, 16, 2, 72)]
     code = f"import sys; sys.path.insert(0, 'tests'); import test_bf16; print(test_bf16.amx_products({cases!r}))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -182,7 +189,10 @@ def test_convolutions_tile_and_fold_few_channels_into_the_taps():
     assert all(kt == 11 and 112 % mr == 0 for mr, _, kt, _ in x86_bf16.conv2d_tiles(stem))
     body = x86_bf16.Conv2D(7, 7, 512, 512, 3, 3, 1, 1, 1, 1, 1)
     assert not body.folded and {mr for mr, _, _, _ in x86_bf16.conv2d_tiles(body)} == {7}
-    assert {mr for mr, _, _, _ in x86_bf16.conv2d_tiles(body, amx=True)} == {7}
+    # AMX: tiles of 7 pixels (a row), or of 16 to 64 that run flat through the padded rows
+    assert {mr for mr, _, _, _ in x86_bf16.conv2d_tiles(body, amx=True)} == {7, 16, 32, 48, 64}
+    assert body.flat(16) and not body.flat(7) and body.width == 9
+    assert not stem.flat(16) and not x86_bf16.Conv2D(14, 14, 256, 512, 3, 3, 2, 1, 1, 1, 1).flat(16)
     # 7 pixels a row: no tile's columns fill 64 filters, so the weight comes in blocks of 32 that
     # its tiles of 7 x 32 read whole; 56 pixels a row: tiles of 2 x 64 fill blocks of 64
     assert body.block == 32 and x86_bf16.Conv2D(56, 56, 64, 64, 3, 3, 1, 1, 1, 1, 1).block == 64
@@ -206,7 +216,7 @@ def test_convolutions_tile_and_fold_few_channels_into_the_taps():
     ((13, 11, 32, 48, 3, 3, 2, 0, 1, 2, 1), "channels"),  # stride 2, uneven pads, 3 vectors of filters
     ((12, 12, 5, 32, 3, 3, 2, 1, 1, 1, 1), "weights"),  # few channels: folded
     ((10, 10, 64, 32, 1, 1, 2, 0, 0, 0, 0), "rows"),  # a 1x1 downsampling
-    ((14, 14, 144, 24, 1, 1, 1, 0, 0, 0, 0), "channels"),  # 24 filters (computed as 32), 72 pairs: folded
+    ((14, 14, 144, 24, 1, 1, 1, 0, 0, 0, 0), "channels"),  # 24 filters (computed as 32), 72 pairs: folded (AMX: 16 x 4 + 8)
     ((9, 14, 64, 40, 3, 3, 1, 1, 1, 1, 1), "rows"),  # 40 filters (48)
     ((7, 7, 64, 64, 3, 3, 1, 1, 1, 1, 1), "weights"),  # 7 pixels a row: two blocks of 32 filters
 ])
@@ -218,8 +228,10 @@ def test_the_convolution_kernel_computes_the_bfloat16_convolution_in_float32(sha
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1, shape.h, shape.w, shape.c)).astype(ml_dtypes.bfloat16).astype(np.float32)
     w = rng.standard_normal((shape.co, shape.kh, shape.kw, shape.c)).astype(ml_dtypes.bfloat16).astype(np.float32)
-    mod = x86_bf16.conv2d_schedule(x86_bf16.conv2d(shape), *x86_bf16.conv2d_tiles(shape, amx)[0], order,
-                                   shape.kh if all_rows else 1).mod
+    tile = x86_bf16.conv2d_tiles(shape, amx)[0]
+    mod = x86_bf16.conv2d_tiled(shape, tile, order, shape.kh if all_rows else 1).mod
+    assert ("Y_pixels" in mod.script()) == shape.flat(tile.mr) == (amx and shape.stride == 1 and not shape.folded
+                                                                   and shape.out[1] % 16 != 0)
     assert (f"tvm_amx_bf16_conv_{shape.kh}x" in mod.script()) == (all_rows and shape.kh > 1)
     lib = tvm.compile(mod, target=HOST)
     y = tvm.runtime.tensor(np.zeros((1, *shape.out, shape.co), np.float32))
@@ -229,6 +241,33 @@ def test_the_convolution_kernel_computes_the_bfloat16_convolution_in_float32(sha
     expected = torch.nn.functional.conv2d(padded, torch.tensor(w).permute(0, 3, 1, 2), stride=shape.stride)
     expected = expected.permute(0, 2, 3, 1).numpy()
     np.testing.assert_allclose(y.numpy(), expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
+
+
+@pytest.mark.skipif(not HAS_AMX, reason="no AMX")
+@pytest.mark.parametrize("taps", [1, 3])
+def test_a_flat_amx_tile_writes_the_sums_of_a_tile_of_rows(taps):
+    """On 7 x 7 maps an AMX tile of 16 or 32 pixels runs flat through the padded rows (two
+    pixels of each computed and not written): the same bits as tiles of 7, its epilogue (bias,
+    residual, ReLU) a stage after the sums."""
+    import ml_dtypes
+
+    shape = x86_bf16.Conv2D(7, 7, 64, 40, 3, 3, 1, 1, 1, 1, 1, x86_bf16.EPILOGUES.index("bias_add_relu"))
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((1, 7, 7, 64)).astype(np.float32)
+    w = rng.standard_normal((40, 3, 3, 64)).astype(ml_dtypes.bfloat16).astype(np.float32)
+    args = [x, x86_bf16.pack_conv2d_weight(w, shape), rng.standard_normal(40).astype(np.float32),
+            rng.standard_normal((1, 7, 7, 40)).astype(np.float32)]
+    outputs = []
+    for tile in ("amx-7x1x32", "amx-16x1x32", "amx-32x1x32"):
+        mod = x86_bf16.conv2d_tiled(shape, x86_bf16.Tile.parse(tile), "rows", taps).mod
+        y = tvm.runtime.tensor(np.zeros((1, 7, 7, 40), np.float32))
+        tvm.compile(mod, target=HOST)["main"](*map(tvm.runtime.tensor, args), y)
+        outputs.append(y.numpy())
+    assert outputs[0].min() == 0 and outputs[0].max() > 0
+    np.testing.assert_array_equal(outputs[1], outputs[0])
+    np.testing.assert_array_equal(outputs[2], outputs[0])
+    with pytest.raises(autotvm.AutoTVMError, match="does not run flat"):
+        x86_bf16.conv2d(shape, 7)
 
 
 @pytest.mark.skipif(not HAS_BF16, reason="this CPU has no AVX512-BF16")

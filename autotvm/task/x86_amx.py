@@ -6,9 +6,10 @@ layout ``tdpbf16ps`` reads.
 ``tdpbf16ps`` multiplies a tile of A (up to 16 rows by 16 pairs of K, 64 bytes a row) by a tile of
 B (16 pairs of K by 16 columns) into a tile of 16 x 16 float32 sums. The kernel keeps ``mt x nv``
 such sum tiles in the 8 tile registers (``mr`` rows split into ``mt`` tiles of ``mr / mt`` rows),
-beside ``nv`` tiles of B and one of A, and walks ``kt`` pairs of K in steps of 16, unrolled. It is
-written in LLVM IR with LLVM's AMX intrinsics that carry their tile's shape (``*.internal``), so
-LLVM allocates the tile registers and configures them (``ldtilecfg``) itself.
+beside ``nv`` tiles of B and one of A, and walks ``kt`` pairs of K in steps of 16 (the last one
+shorter where 16 does not divide them), unrolled. It is written in LLVM IR with LLVM's AMX
+intrinsics that carry their tile's shape (``*.internal``), so LLVM allocates the tile registers
+and configures them (``ldtilecfg``) itself.
 
 Linux lets a process use AMX's tile state only once it has asked for it
 (``arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)``); the kernel asks, once a process, so a
@@ -48,10 +49,11 @@ def split_rows(mr: int) -> tuple[int, int] | None:
 
 def fits(mr: int, nv: int, kt: int) -> bool:
     """Whether an mr x 16 nv block over kt pairs of K fits the tile registers: the sum tiles, nv of
-    B and one of A; kt in whole steps of 16 pairs, or fewer than 16 in one step."""
+    B and one of A; kt in steps of 16 pairs, where a last shorter step (72 pairs: 4 x 16 + 8) reads
+    tiles of its own shape, nv of B and one of A more."""
     rows = split_rows(mr)
-    return (rows is not None and nv >= 1 and rows[0] * nv + nv + 1 <= REGISTERS
-            and kt > 0 and (kt % STEP == 0 or kt < STEP))
+    shorter = nv + 1 if kt > STEP and kt % STEP else 0
+    return rows is not None and nv >= 1 and kt > 0 and rows[0] * nv + nv + 1 + shorter <= REGISTERS
 
 
 def kernel_ir(name: str, mr: int, nv: int, kt: int, taps: int = 1) -> str:

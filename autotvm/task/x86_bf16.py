@@ -20,7 +20,10 @@ On a CPU with AMX (``cpu_has_amx_bf16``) the templates' tiles are those of the s
 AMX's tile registers (``x86_amx``), B in the same pairs: the target in scope when a template runs
 (``tvm.target.Target.current()``, as in AutoTVM) picks which. There a convolution's knob ``taps``
 also chooses whether one call of the kernel sums one of the filter's rows or all of them (its
-sums stay in the tiles across them).
+sums stay in the tiles across them). An AMX instruction costs the same for 7 rows as for 16, so on
+small maps a stride-1 convolution's tiles may also run flat (``Conv2D.flat``): 16 to 64 pixels
+taken in turn through the padded input's rows, whose last ``kw - 1`` pixels are computed and
+dropped.
 """
 
 from __future__ import annotations
@@ -120,17 +123,18 @@ class Tile(NamedTuple):
 
 
 @functools.lru_cache(maxsize=None)  # once per shape and process: TVMScript parses slowly, and a tune instantiates often
-def intrinsic(mr: int, nv: int, kt: int, amx: bool = False, taps: int = 1) -> tuple[str, str]:
+def intrinsic(mr: int, nv: int, kt: int, amx: bool = False, taps: int = 1, width: int = 0) -> tuple[str, str]:
     """Register the micro-kernel C[mr, 16 nv] += A[mr, 2 kt] B[kt, 16 nv, 2] (on AMX's tiles if
     ``amx``) as a tensor intrinsic; returns (its name, the LLVM IR its kernels must carry). With
-    ``taps`` > 1 (AMX's only, ``_taps_intrinsic``) it sums a convolution's filter rows."""
+    ``taps`` > 1 (AMX's only, ``_taps_intrinsic``) it sums a convolution's filter rows, ``width``
+    pixels apart where its pixels run flat (``Conv2D.flat``)."""
     if amx and not x86_amx.fits(mr, nv, kt):
-        raise AutoTVMError(f"AMX bf16 micro-kernel {mr}x{nv}x{kt}: more tiles than AMX's 8 registers, rows not in "
-                           "equal tiles of at most 16, or pairs of K not in steps of 16")
+        raise AutoTVMError(f"AMX bf16 micro-kernel {mr}x{nv}x{kt}: more tiles than AMX's 8 registers, or rows not "
+                           "in equal tiles of at most 16")
     if taps > 1:
         if not amx:
             raise AutoTVMError("only AMX's micro-kernel sums a convolution's filter rows in one call (taps > 1)")
-        return _taps_intrinsic(mr, nv, kt, taps)
+        return _taps_intrinsic(mr, nv, kt, taps, width)
     if not amx and not _fits_registers(mr, nv):
         raise AutoTVMError(f"bf16 micro-kernel {mr}x{nv}: more accumulators than AVX-512 has registers")
     name, n = (f"tvm_amx_bf16_gemm_{mr}x{nv}x{kt}" if amx else f"tvm_bf16_gemm_{mr}x{nv}"), 16 * nv
@@ -166,41 +170,48 @@ def intrinsic(mr: int, nv: int, kt: int, amx: bool = False, taps: int = 1) -> tu
     return intrin, x86_amx.kernel_ir(name, mr, nv, kt) if amx else _kernel_ir(name, mr, nv) + "\n" + _DECLARATIONS
 
 
-def _taps_intrinsic(mr: int, nv: int, kt: int, taps: int) -> tuple[str, str]:
+def _taps_intrinsic(mr: int, nv: int, kt: int, taps: int, width: int = 0) -> tuple[str, str]:
     """The AMX micro-kernel over ``taps`` filter rows of ``conv2d``: C[mr, 16 nv] += the sum over r
     of A[r, mr, 2 kt] B[r, kt, 16 nv, 2], A's rows of the padded input P (its unit axis the
     column phase) and B's of the weight W (its unit axis the filter column), so that the sums
-    stay in the tiles across the filter's rows."""
-    name, n, any_ = f"tvm_amx_bf16_conv_{taps}x{mr}x{nv}x{kt}", 16 * nv, T.int32
+    stay in the tiles across the filter's rows. Where the pixels run flat (``width``, the padded
+    row's pixels), filter row r's A starts ``r * width`` pixels on in one flat matrix of P."""
+    name, n, any_, flat = f"tvm_amx_bf16_conv_{taps}x{mr}x{nv}x{kt}", 16 * nv, T.int32, width > 0
+    # A's region: taps matrices of mr pixels (rows), or one flat run that holds all taps' pixels
+    a_shape = (1, 1, (taps - 1) * width + mr, 2 * kt) if flat else (taps, 1, mr, 2 * kt)
+
+    def a_at(r: Any, i: Any, k: Any) -> tuple:
+        return (0, 0, r * width + i, k) if flat else (r, 0, i, k)
 
     @T.prim_func(s_tir=True)
     def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
-        A = T.match_buffer(a, (taps, 1, mr, 2 * kt), "bfloat16", offset_factor=1, strides=[any_(), any_(), any_(), 1])
+        A = T.match_buffer(a, a_shape, "bfloat16", offset_factor=1, strides=[any_(), any_(), any_(), 1])
         B = T.match_buffer(b, (taps, 1, kt, n, 2), "bfloat16", offset_factor=1, strides=[any_(), any_(), any_(), 2, 1])
         C = T.match_buffer(c, (mr, n), "float32", offset_factor=1, strides=[any_(), 1])
         with T.sblock("root"):
-            T.reads(C[0:mr, 0:n], A[0:taps, 0:1, 0:mr, 0:2 * kt], B[0:taps, 0:1, 0:kt, 0:n, 0:2])
+            T.reads(C[0:mr, 0:n], A[0:a_shape[0], 0:1, 0:a_shape[2], 0:2 * kt], B[0:taps, 0:1, 0:kt, 0:n, 0:2])
             T.writes(C[0:mr, 0:n])
             for r, i, j, k, p in T.grid(taps, mr, n, kt, 2):
                 with T.sblock("update"):
                     vi, vj, vr, vk, vp = T.axis.remap("SSRRR", [i, j, r, k, p])  # the convolution's order of axes
-                    C[vi, vj] = C[vi, vj] + T.cast(A[vr, 0, vi, vk * 2 + vp], "float32") * \
+                    C[vi, vj] = C[vi, vj] + T.cast(A[a_at(vr, vi, vk * 2 + vp)], "float32") * \
                         T.cast(B[vr, 0, vk, vj, vp], "float32")
 
     @T.prim_func(s_tir=True)
     def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
-        A = T.match_buffer(a, (taps, 1, mr, 2 * kt), "bfloat16", offset_factor=1, strides=[any_(), any_(), any_(), 1])
+        A = T.match_buffer(a, a_shape, "bfloat16", offset_factor=1, strides=[any_(), any_(), any_(), 1])
         B = T.match_buffer(b, (taps, 1, kt, n, 2), "bfloat16", offset_factor=1, strides=[any_(), any_(), any_(), 2, 1])
         C = T.match_buffer(c, (mr, n), "float32", offset_factor=1, strides=[any_(), 1])
         with T.sblock("root"):
-            T.reads(C[0:mr, 0:n], A[0:taps, 0:1, 0:mr, 0:2 * kt], B[0:taps, 0:1, 0:kt, 0:n, 0:2])
+            T.reads(C[0:mr, 0:n], A[0:a_shape[0], 0:1, 0:a_shape[2], 0:2 * kt], B[0:taps, 0:1, 0:kt, 0:n, 0:2])
             T.writes(C[0:mr, 0:n])
             T.evaluate(T.call_extern("int32", name, C.data, T.Cast("int64", C.elem_offset), T.Cast("int64", C.strides[0]),
                                      A.data, T.Cast("int64", A.elem_offset), T.Cast("int64", A.strides[2]),
                                      B.data, T.Cast("int64", B.elem_offset), T.Cast("int64", B.strides[2]),
-                                     T.int64(kt), T.Cast("int64", A.strides[0]), T.Cast("int64", B.strides[0])))
+                                     T.int64(kt), T.Cast("int64", A.strides[2] * width if flat else A.strides[0]),
+                                     T.Cast("int64", B.strides[0])))
 
-    intrin = f"amxbf16_conv_{taps}x{mr}x{nv}x{kt}"
+    intrin = f"amxbf16_conv_{taps}x{mr}x{nv}x{kt}" + (f"_flat{width}" if width else "")
     tvm.s_tir.TensorIntrin.register(intrin, desc, impl, override=True)
     return intrin, x86_amx.kernel_ir(name, mr, nv, kt, taps)
 
@@ -293,14 +304,18 @@ def batch_matmul(b: int, m: int, k: int, n: int, epilogue: int = 0) -> Any:
 
 def _epilogue_at(sch: tvm.s_tir.Schedule, outer: Any) -> None:
     """The epilogue, if any, as one stage on each tile of ``outer`` once its sums are done (in
-    cache): its steps inlined into the last."""
+    cache), or with ``outer`` None once all are, its rows in parallel: its steps inlined into
+    the last."""
     blocks = sch.get_child_blocks(sch.get_sblock("root"))
     steps = [b for b in blocks if sch.get(b).name_hint not in ("P", "C", "Y")]
     if not steps:
         return
     for step in steps[:-1]:
         sch.compute_inline(step)
-    sch.reverse_compute_at(steps[-1], outer)
+    if outer is None:
+        sch.parallel(sch.fuse(*sch.get_loops(steps[-1])[:-1]))
+    else:
+        sch.reverse_compute_at(steps[-1], outer)
     sch.vectorize(sch.get_loops(steps[-1])[-1])
 
 
@@ -359,10 +374,10 @@ def fits(m: int, k: int, n: int) -> bool:
     return k % 2 == 0 and bool(tiles(m, k, n) or tiles(m, k, n, amx=True))
 
 
-def _tensorize(sch: tvm.s_tir.Schedule, inner: Any, outer: Any, tile: Tile, taps: int = 1) -> None:
-    """The loop ``inner`` (an mr x 16 nv x kt-pair tile, or ``taps`` of them) becomes the
-    micro-kernel, and ``outer`` carries its LLVM IR."""
-    intrin, ir = intrinsic(*tile, taps)
+def _tensorize(sch: tvm.s_tir.Schedule, inner: Any, outer: Any, tile: Tile, taps: int = 1, width: int = 0) -> None:
+    """The loop ``inner`` (an mr x 16 nv x kt-pair tile, or ``taps`` of them, ``width`` pixels
+    apart where they run flat) becomes the micro-kernel, and ``outer`` carries its LLVM IR."""
+    intrin, ir = intrinsic(*tile, taps, width if taps > 1 else 0)
     sch.tensorize(inner, intrin)
     sch.annotate(outer, PRAGMA, ir)
 
@@ -459,6 +474,19 @@ class Conv2D(NamedTuple):
         blocks = [b for b in (64, 48, 32, 16) if self.filters % b == 0]
         return next((b for b in blocks if any(_conv_tile_fits(ow, mr, b // 16) for mr in CONV_ROWS)), blocks[0])
 
+    @property
+    def width(self) -> int:
+        """Pixels of a row of the padded input: a stride-1 convolution's output row and the
+        filter's width less one."""
+        return self.out[1] + self.kw - 1
+
+    def flat(self, mr: int) -> bool:
+        """Whether a tile of ``mr`` pixels runs flat: AMX tiles whose rows do not divide the output
+        row (on 7 x 7 maps, more than 7) take the pixels of the padded input's rows in turn, its
+        last ``kw - 1`` of each row computed and not written; only a stride-1 convolution whose
+        channels are not folded has its taps a fixed distance apart in that order."""
+        return self.stride == 1 and not self.folded and self.out[1] % mr != 0
+
 
 CONV_ROWS = range(2, 15)  # the pixels of an output row an AVX-512 convolution tile may take
 
@@ -472,14 +500,17 @@ def _conv_tile_fits(ow: int, mr: int, nv: int) -> bool:
 MIN_KT = 16  # the fewest pairs of K a call of the micro-kernel reads when it does not read them all
 
 
-def conv2d(shape: Conv2D) -> Any:
+def conv2d(shape: Conv2D, flat_rows: int = 0) -> Any:
     """Y (1, oh, ow, co) float32 = X (1, h, w, c) float32, read as bfloat16, convolved with W
     given packed by ``pack_conv2d_weight``. The padded input is laid out once, in bfloat16, as
     P (h + pads, stride, ow + (kw - 1) / stride, c): pixel ``x * stride + q`` of a row at
     ``P[.., q, x, :]``, so each filter tap reads a strided matrix. Folded (``Conv2D.folded``), P
     is (h + pads, 1, ow, 2 pairs): output pixel x's row of taps, its channels side by side, and
     the convolution has one tap per row of the filter. It sums ``Conv2D.filters`` filters (``co``
-    up to a multiple of 16) and writes the first ``co``."""
+    up to a multiple of 16) and writes the first ``co``. With ``flat_rows`` (``Conv2D.flat``) P
+    is the padded rows' pixels in one run, (1, 1, pixels, c), and the sums Y (1, 1, pixels, co)
+    are taken for every pixel of the padded rows, in tiles of ``flat_rows`` (its last ones past
+    the image zeros), a stage ``Y_pixels`` writing the output's."""
     s, (oh, ow) = shape.stride, shape.out
     x = te.placeholder((1, shape.h, shape.w, shape.c), "float32", name="X")
     kw, steps, width = (1, 1, ow) if shape.folded else (shape.kw, s, ow + (shape.kw - 1) // s)
@@ -500,9 +531,21 @@ def conv2d(shape: Conv2D) -> Any:
         value = x[0, te.max(te.min(row, shape.h - 1), 0), te.max(te.min(col, shape.w - 1), 0), ci]
         return tvm.tirx.Select(inside, value, tvm.tirx.const(0, "float32")).astype("bfloat16")
 
-    p = te.compute((shape.h + shape.pad_top + shape.pad_bottom, steps, width, 2 * shape.pairs), padded, name="P")
     r, t = te.reduce_axis((0, shape.kh), name="r"), te.reduce_axis((0, kw), name="t")
     cc, cp = te.reduce_axis((0, shape.pairs), name="cc"), te.reduce_axis((0, 2), name="cp")
+    if flat_rows:
+        if not shape.flat(flat_rows):
+            raise AutoTVMError(f"a tile of {flat_rows} pixels does not run flat on {shape}")
+        pw = shape.width
+        pixels = -(-oh * pw // flat_rows) * flat_rows  # the padded rows' pixels, in whole tiles
+        p = te.compute((1, 1, pixels + (shape.kh - 1) * pw + shape.kw - 1, 2 * shape.pairs),
+                       lambda _, q, m, ci: padded(m // pw, q, m % pw, ci), name="P")
+        y = te.compute((1, 1, pixels, shape.filters), lambda n, i, m, o: te.sum(
+            p[0, 0, m + r * pw + t, cc * 2 + cp].astype("float32") * w[o // blk, r, t, cc, o % blk, cp].astype("float32"),
+            axis=[r, t, cc, cp]), name="Y")
+        y = te.compute((1, oh, ow, shape.co), lambda n, i, j, o: y[0, 0, i * pw + j, o], name="Y_pixels")
+        return _with_epilogue([x, w], y, shape.epilogue)
+    p = te.compute((shape.h + shape.pad_top + shape.pad_bottom, steps, width, 2 * shape.pairs), padded, name="P")
     y = te.compute((1, oh, ow, shape.filters), lambda n, i, j, o: te.sum(
         p[i * s + r, t % steps, j + t // steps, cc * 2 + cp].astype("float32") * w[o // blk, r, t, cc, o % blk, cp].astype("float32"),
         axis=[r, t, cc, cp]), name="Y")
@@ -516,17 +559,19 @@ CONV_ORDERS = {"rows": "n i jo oo | r t cco", "channels": "oo n i jo | r t cco",
 
 
 def conv2d_schedule(func: Any, mr: int, nv: int, kt: int, amx: bool = False,
-                    order: str = "rows", taps: int = 1) -> tvm.s_tir.Schedule:
+                    order: str = "rows", taps: int = 1, width: int = 0) -> tvm.s_tir.Schedule:
     """``conv2d``'s function tiled for the micro-kernel (on AMX if ``amx``): ``mr`` pixels of an
     output row by ``16 nv`` output channels by ``kt`` pairs of input channels, for each filter
     tap. ``order="rows"`` runs the output rows in parallel with the channel blocks inside;
     ``"channels"`` the channel blocks outside, so a core keeps one block of the weights in cache
     across all rows (small images, many channels). ``taps`` > 1 (on AMX, the filter's height):
-    one call of the kernel sums the filter's rows, its loop the innermost of the serial ones."""
+    one call of the kernel sums the filter's rows, its loop the innermost of the serial ones.
+    ``width``: ``conv2d(shape, mr)``'s function, whose pixels run flat in rows of ``width``
+    (``Conv2D.flat``); its epilogue a stage of its own after the sums."""
     sch = tvm.s_tir.Schedule(func)
     pad = sch.get_sblock("P")
-    hh, _, _, ci = sch.get_loops(pad)
-    sch.parallel(hh)
+    hh, _, ww, ci = sch.get_loops(pad)
+    sch.parallel(ww if width else hh)
     sch.vectorize(ci)
     block = sch.get_sblock("Y")
     n, i, j, o, r, t, cc, cp = sch.get_loops(block)
@@ -540,21 +585,31 @@ def conv2d_schedule(func: Any, mr: int, nv: int, kt: int, amx: bool = False,
     sch.reorder(*[loops[name] for name in parallel + serial], ji, oi, cci, cp)
     outer = sch.fuse(*[loops[name] for name in parallel]) if len(parallel) > 1 else loops[parallel[0]]
     sch.parallel(outer)
-    _epilogue_at(sch, outer)
+    _epilogue_at(sch, None if width else outer)
     init = sch.decompose_reduction(block, loops[serial[0]])
     sch.vectorize(sch.get_loops(init)[-1])
-    _tensorize(sch, loops["r"] if taps > 1 else ji, outer, Tile(mr, nv, kt, amx), taps)
+    _tensorize(sch, loops["r"] if taps > 1 else ji, outer, Tile(mr, nv, kt, amx), taps, width)
     return sch
+
+
+def conv2d_tiled(shape: Conv2D, tile: Tile, order: str = "rows", taps: int = 1) -> tvm.s_tir.Schedule:
+    """The convolution ``shape`` tiled by ``tile`` (one of ``conv2d_tiles``): its pixels in rows,
+    or flat where an AMX tile's rows do not divide the output row (``Conv2D.flat``)."""
+    if tile.amx and shape.flat(tile.mr):
+        return conv2d_schedule(conv2d(shape, tile.mr), *tile, order, taps, shape.width)
+    return conv2d_schedule(conv2d(shape), *tile, order, taps)
 
 
 def conv2d_tiles(shape: Conv2D, amx: bool = False) -> list[Tile]:
     """The tiles of a convolution: exact (mr divides the output width, 16 nv the filters, kt the
     pairs of K of a tap: from ``MIN_KT`` to 128, or all of them where fewer) and fitting AVX-512's
-    registers, the most accumulators first (or AMX's tiles)."""
+    registers, the most accumulators first (or AMX's tiles, and on a stride-1 convolution those of
+    16 to 64 pixels that run flat, ``Conv2D.flat``)."""
     _, ow = shape.out
     steps = [kt for kt in range(MIN_KT, 129) if shape.pairs % kt == 0] or [shape.pairs]
     if amx:
-        return _amx_tiles([mr for mr in range(max(2, min(7, ow)), 65) if ow % mr == 0], shape.block // 16, steps)
+        rows = [mr for mr in range(max(2, min(7, ow)), 65) if ow % mr == 0 or mr % 16 == 0 and shape.flat(mr)]
+        return _amx_tiles(rows, shape.block // 16, steps)
     found = [Tile(mr, nv, kt) for mr in CONV_ROWS for nv in (1, 2, 3, 4) for kt in steps
              if _conv_tile_fits(ow, mr, nv) and shape.block % (16 * nv) == 0 and shape.pairs % kt == 0]
     return sorted(found, key=lambda tile: (-tile.mr * tile.nv, -tile.kt))
@@ -604,4 +659,4 @@ def conv2d_template(*args: int) -> tuple[Any, list]:
     taps = cfg.define_knob("taps", [shape.kh, 1]).val if tile.amx and shape.kh > 1 else 1
     oh, ow = shape.out
     cfg.add_flop(2.0 * oh * ow * shape.co * shape.kh * shape.kw * shape.c)
-    return conv2d_schedule(conv2d(shape), *tile, cfg["order"].val, taps), []
+    return conv2d_tiled(shape, tile, cfg["order"].val, taps), []
