@@ -1,6 +1,8 @@
 """bfloat16 on x86: the micro-kernel on AVX512-BF16 and on AMX as a tensor intrinsic (run where
 the CPU has it)."""
 
+import re
+
 import numpy as np
 import pytest
 import tvm
@@ -204,7 +206,7 @@ def test_convolutions_tile_and_fold_few_channels_into_the_taps():
     assert x86_bf16.conv2d_fits(narrow) and (narrow.filters, narrow.block) == (32, 32)
     packed = x86_bf16.pack_conv2d_weight(np.ones((24, 3, 3, 64), np.float32), narrow)
     assert packed.shape == (1, 3, 3, 32, 32, 2) and not packed[..., 24:, :].any() and packed[..., :24, :].all()
-    with pytest.raises(autotvm.AutoTVMError, match="takes 12 integers"):
+    with pytest.raises(autotvm.AutoTVMError, match="takes 12 or 13 integers"):
         autotvm.task.create(x86_bf16.CONV_TEMPLATE, [56, 56, 64], HOST)
 
 
@@ -271,12 +273,56 @@ def test_a_flat_amx_tile_writes_the_sums_of_a_tile_of_rows(taps):
 
 
 @pytest.mark.skipif(not HAS_BF16, reason="this CPU has no AVX512-BF16")
+@pytest.mark.parametrize("tile", ["7x3x32", *[pytest.param(t, marks=pytest.mark.skipif(not HAS_AMX, reason="no AMX"))
+                                              for t in ("amx-7x1x32", "amx-16x1x32")]])  # the last one flat
+def test_a_convolution_reads_and_writes_bfloat16_activations_where_its_io_has_them(tile):
+    """Its input, residual and output in bfloat16 (``Conv2D.io``): the bits of the float32
+    build's output rounded to bfloat16, for the same values in, through a tile's epilogue and a
+    flat tile's stage."""
+    import ml_dtypes
+
+    rng = np.random.default_rng(2)
+    shape = x86_bf16.Conv2D(7, 7, 64, 40, 3, 3, 1, 1, 1, 1, 1, x86_bf16.EPILOGUES.index("bias_add_relu"))
+    x, residual = (rng.standard_normal(s).astype(ml_dtypes.bfloat16) for s in ((1, 7, 7, 64), (1, 7, 7, 40)))
+    w = x86_bf16.pack_conv2d_weight(rng.standard_normal((40, 3, 3, 64)).astype(np.float32), shape)
+    bias = rng.standard_normal(40).astype(np.float32)
+    outputs = []
+    for io, dtype in ((0, np.float32), (2 ** len(x86_bf16.CONV_IO) - 1, ml_dtypes.bfloat16)):
+        layer = shape._replace(io=io)
+        assert {layer.dtype(name) for name in x86_bf16.CONV_IO} == {np.dtype(dtype).name}
+        y = tvm.runtime.tensor(np.zeros((1, 7, 7, 40), dtype))
+        lib = tvm.compile(x86_bf16.conv2d_tiled(layer, x86_bf16.Tile.parse(tile), "rows", 3 * ("amx" in tile)
+                                                or 1).mod, target=HOST)
+        lib["main"](*(tvm.runtime.tensor(a) for a in (x.astype(dtype), w, bias, residual.astype(dtype))), y)
+        outputs.append(y.numpy())
+    assert outputs[1].dtype == ml_dtypes.bfloat16 and outputs[0].max() > 0
+    np.testing.assert_array_equal(outputs[1].view(np.uint16), outputs[0].astype(ml_dtypes.bfloat16).view(np.uint16))
+
+
+@pytest.mark.parametrize("build", ["matmul", "conv2d"])
+def test_an_amx_tile_starts_from_zeroed_tiles_not_a_call_of_memset(build):
+    """A tile's sums start from AMX's zeroed tiles (``x86_amx.zero_ir``): TVM's own loop of zeros
+    over a tile small enough to sit on the stack became a call of ``memset``, after which LLVM
+    loaded the tiles' configuration again, on every tile. Compiled, not run: any x86 CPU."""
+    target = autotvm.make_target({"kind": "llvm", "mcpu": "sapphirerapids"})
+    bias_relu = x86_bf16.EPILOGUES.index("bias_relu")
+    if build == "matmul":  # a 7 x 32 tile's sums: 896 bytes
+        sch = x86_bf16.schedule(x86_bf16.matmul(28, 64, 64, bias_relu), 7, 2, 32, amx=True)
+    else:
+        shape = x86_bf16.Conv2D(14, 14, 64, 16, 3, 3, 1, 1, 1, 1, 1, bias_relu)
+        sch = x86_bf16.conv2d_tiled(shape, x86_bf16.Tile.parse("amx-14x1x32"), "rows", 3)
+    code = tvm.compile(sch.mod, target=target).mod.inspect_source("ll")
+    assert "llvm.x86.tilezero.internal" in code and not re.search(r"llvm\.memset.*i64 896,", code)
+
+
+@pytest.mark.skipif(not HAS_BF16, reason="this CPU has no AVX512-BF16")
 def test_a_bfloat16_network_tunes_its_convolutions_and_stays_accurate(tmp_path):
     """A small residual network in bfloat16: every convolution (the RGB stem folded) becomes the
     convolution template's task, with the tile and the loop order as knobs (on AMX also whether a
     call of the kernel sums all the filter's rows), and takes in what follows it (the bias batch
-    norm folded into, the ReLU, the residual); the tuned build stays within a cosine of 0.9999 of
-    PyTorch in float32."""
+    norm folded into, the ReLU, the residual); the activations between convolutions are bfloat16
+    (the last one's output, which the pooling reads, float32); the tuned build stays within a
+    cosine of 0.9999 of PyTorch in float32."""
     from tvm import relax
 
     from autotvm.tuner import RandomTuner
@@ -287,13 +333,14 @@ def test_a_bfloat16_network_tunes_its_convolutions_and_stays_accurate(tmp_path):
     model, mod, params, tasks = model_tasks(spec, HOST, "bfloat16")
     convs = {t.args: t for t in tasks if t.name == x86_bf16.CONV_TEMPLATE}
     bias_relu, bias_add_relu = (x86_bf16.EPILOGUES.index(name) for name in ("bias_relu", "bias_add_relu"))
-    assert sorted(convs) == [(16, 16, 32, 32, 3, 3, 1, 1, 1, 1, 1, bias_relu),
-                             (16, 16, 32, 32, 3, 3, 1, 1, 1, 1, 1, bias_add_relu),
-                             (16, 16, 32, 64, 3, 3, 2, 1, 1, 1, 1, bias_relu),
-                             (32, 32, 3, 32, 3, 3, 2, 1, 1, 1, 1, bias_relu)]
+    x, residual, out = (1 << x86_bf16.CONV_IO.index(name) for name in ("input", "residual", "output"))
+    assert sorted(convs) == [(16, 16, 32, 32, 3, 3, 1, 1, 1, 1, 1, bias_relu, x | out),
+                             (16, 16, 32, 32, 3, 3, 1, 1, 1, 1, 1, bias_add_relu, x | residual | out),
+                             (16, 16, 32, 64, 3, 3, 2, 1, 1, 1, 1, bias_relu, x),
+                             (32, 32, 3, 32, 3, 3, 2, 1, 1, 1, 1, bias_relu, out)]
     others = [t.name for t in tasks if t.name not in (x86_bf16.CONV_TEMPLATE, x86_bf16.TEMPLATE)]
     assert not [name for name in others if "relu" in name or "conv" in name]  # all taken into the kernels
-    task = convs[(16, 16, 32, 32, 3, 3, 1, 1, 1, 1, 1, bias_add_relu)]
+    task = convs[(16, 16, 32, 32, 3, 3, 1, 1, 1, 1, 1, bias_add_relu, x | residual | out)]
     assert [k.name for k in task.config_space.knobs] == ["tile", "order"] + ["taps"] * x86_bf16.uses_amx(HOST)
     log = str(tmp_path / "cnn.json")
     option = autotvm.measure_option(autotvm.LocalBuilder(n_parallel=2), autotvm.LocalRunner(number=2, repeat=1))
@@ -341,7 +388,7 @@ def test_a_downsampling_block_gives_the_residual_add_to_one_of_its_two_convoluti
     torch.manual_seed(0)
     mod, bound, _ = _bound_program(Downsample().eval(), torch.randn(1, 32, 16, 16))
     tasks = autotvm.task.extract_from_program(mod, HOST, bound, precision="bfloat16")
-    kinds = sorted(x86_bf16.EPILOGUES[t.args[-1]] for t in tasks if t.name == x86_bf16.CONV_TEMPLATE)
+    kinds = sorted(x86_bf16.EPILOGUES[t.args[11]] for t in tasks if t.name == x86_bf16.CONV_TEMPLATE)
     assert kinds == ["bias", "bias_add_relu"]
     assert not [t.name for t in tasks if "conv2d" in t.name and t.name != x86_bf16.CONV_TEMPLATE]
 
@@ -377,7 +424,7 @@ def test_an_inverted_residual_block_takes_its_relu6_into_the_expanding_convoluti
     x = torch.randn(1, 32, 16, 16)
     mod, bound, expected = _bound_program(model, x)
     tasks = autotvm.task.extract_from_program(mod, HOST, bound, precision="bfloat16", conv_layout="NHWC")
-    kinds = {t.args[:4]: x86_bf16.EPILOGUES[t.args[-1]] for t in tasks if t.name == x86_bf16.CONV_TEMPLATE}
+    kinds = {t.args[:4]: x86_bf16.EPILOGUES[t.args[11]] for t in tasks if t.name == x86_bf16.CONV_TEMPLATE}
     assert kinds == {(16, 16, 32, 32): "bias", (16, 16, 32, 64): "bias_relu6", (16, 16, 64, 32): "bias_add"}
     assert not [t.name for t in tasks if "clip" in t.name and "conv2d" not in t.name]
     exe = autotvm.build_program(mod, HOST, bound, precision="bfloat16", conv_layout="NHWC")

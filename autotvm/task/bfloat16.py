@@ -8,7 +8,9 @@ once, here; float32 in (a matmul's input cast to bfloat16 first, a convolution's
 kernel) and out. Each takes what follows it into its kernel (``x86_bf16.EPILOGUES``): the bias
 (``add`` of a constant; a convolution's is where batch norm folded in), then a ReLU, GELU or
 ReLU6, or a residual added, then a ReLU or not; where nothing else reads the values in between.
-A matmul whose output only the next matmul reads (a feed-forward's first) writes it in bfloat16.
+A matmul whose output only the next matmul reads (a feed-forward's first) writes it in bfloat16,
+and so does a convolution whose output only other convolutions' kernels read, as their input or
+their residual (``x86_bf16.Conv2D.io``): a ResNet's activations between its convolutions.
 
 A matmul of two activations (attention's products: its query by its keys, its weights by its
 values) becomes a call of the batched template, each operand cast to bfloat16 in the kernel that
@@ -106,6 +108,20 @@ class _Kernels:
         matmuls = [op for layer, op, *_ in self.ends.values() if type(layer) is tuple]
         self.narrow = [value for var, value in self.value.items() if type(self.ends.get(value, (None,))[0]) is tuple
                        and any(op.same_as(self._past_reshapes(var)[2]) for op in matmuls)]
+        # so is a convolution's output that only other convolutions' kernels read, as their input
+        # or their residual (a ResNet's blocks but its last, the output of MobileNetV2's blocks)
+        convs = [op for layer, op, *_ in self.ends.values() if isinstance(layer, x86_bf16.Conv2D)]
+        residuals = [residual for layer, _, _, residual, _ in self.ends.values()
+                     if isinstance(layer, x86_bf16.Conv2D) and residual is not None]
+
+        def read_by_a_kernel(var: Any, user: Any) -> bool:
+            value = self.value.get(user)
+            return (any(op.same_as(value) for op in convs) and value.args[0].same_as(var)) or \
+                (self._claimed(value) and any(r.same_as(var) for r in residuals))
+
+        self.narrow += [value for var, value in self.value.items()
+                        if isinstance(self.ends.get(value, (None,))[0], x86_bf16.Conv2D) and self.users.get(var)
+                        and all(user is not None and read_by_a_kernel(var, user) for user in self.users[var])]
 
     def _only_user(self, var: Any) -> tuple[Any, Any]:
         users = self.users.get(var, [])
@@ -145,6 +161,10 @@ class _Kernels:
 
     def _claimed(self, call: Any) -> bool:
         return any(k.same_as(call) for k in self.taken)
+
+    def took(self, call: Any) -> bool:
+        """Whether a kernel takes ``call`` in (not the call that ends its chain)."""
+        return self._claimed(call) or any(op.same_as(call) for _, op, *_ in self.ends.values())
 
     def _chain(self, var: Any, op: Any, layer: Any, channels: int) -> None:
         """The epilogue after ``op``: a bias (``add`` of a constant), then a ReLU, a GELU or a ReLU6,
@@ -201,13 +221,15 @@ def to_bfloat16(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
         def visit_call_(self, call: Any) -> Any:
             end = next((v for k, v in self.kernels.ends.items() if k.same_as(call)), None)
             if end is None:
-                return super().visit_call_(call)
+                # a call a kernel took in is left as it was, unused: its operands may now be bfloat16
+                return call if self.kernels.took(call) else super().visit_call_(call)
             layer, op, bias, residual, epilogue = end
             inputs = [] if bias is None else [relax.const(tvm.runtime.tensor(bias.astype(np.float32)))]
             if isinstance(layer, _Batched):
                 out = self.batch_matmul(layer, op, residual, x86_bf16.BATCH_EPILOGUES.index(epilogue))
             elif is_op(op, "nn.conv2d"):
-                out = self.conv2d(layer, op, inputs, residual, x86_bf16.EPILOGUES.index(epilogue))
+                out = self.conv2d(layer, op, inputs, residual, x86_bf16.EPILOGUES.index(epilogue),
+                                  any(k.same_as(call) for k in self.kernels.narrow))
             else:
                 out = self.matmul(layer, op, inputs, residual, x86_bf16.EPILOGUES.index(epilogue),
                                   int(any(k.same_as(call) for k in self.kernels.narrow)))
@@ -253,14 +275,21 @@ def to_bfloat16(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
                                       [b, m, k, n, epilogue], name, inputs, (b, m, n))
 
         def conv2d(self, layer: x86_bf16.Conv2D, op: Any, epilogue_inputs: list, residual: Any,
-                   epilogue: int) -> Any:
-            layer = layer._replace(epilogue=epilogue)
+                   epilogue: int, narrow: bool) -> Any:
+            """Its input and residual read as their kernels wrote them (``x86_bf16.Conv2D.io``), its
+            output written in bfloat16 where ``narrow``."""
+            x = self.visit_expr(op.args[0])
+            residual = None if residual is None else self.visit_expr(residual)
+            bf16 = {"input": str(x.ty.dtype) == "bfloat16", "output": narrow,
+                    "residual": residual is not None and str(residual.ty.dtype) == "bfloat16"}
+            io = sum(1 << i for i, name in enumerate(x86_bf16.CONV_IO) if bf16[name])
+            layer = layer._replace(epilogue=epilogue, io=io)
             packed = relax.const(tvm.runtime.tensor(x86_bf16.pack_conv2d_weight(constant(op.args[1]), layer)))
-            inputs = [self.visit_expr(op.args[0]), packed, *epilogue_inputs]
-            inputs += [] if residual is None else [self.visit_expr(residual)]
-            name = "conv2d_bf16_" + "_".join(map(str, layer[:-1])) + "_" + x86_bf16.EPILOGUES[epilogue]
-            return self.call_template(x86_bf16.conv2d(layer), x86_bf16.CONV_TEMPLATE, list(layer), name, inputs,
-                                      (1, *layer.out, layer.co))
+            inputs = [x, packed, *epilogue_inputs] + ([] if residual is None else [residual])
+            name = "conv2d_bf16_" + "_".join(map(str, layer[:11])) + "_" + x86_bf16.EPILOGUES[epilogue] + \
+                (f"_io{io}" if io else "")
+            return self.call_template(x86_bf16.conv2d(layer), x86_bf16.CONV_TEMPLATE, list(layer)[:-1] + [io] * bool(io),
+                                      name, inputs, (1, *layer.out, layer.co), layer.dtype("output"))
 
     rewrite = Rewrite(mod)
     for gvar, func in mod.functions_items():

@@ -101,6 +101,22 @@ def kernel_ir(name: str, mr: int, nv: int, kt: int, taps: int = 1) -> str:
     return "\n".join([*lines, "  ret void", "}", _DECLARATIONS])
 
 
+def zero_ir(name: str, mr: int, nv: int) -> str:
+    """LLVM IR of ``name(c, c_offset, ldc)``: C[mr, 16 nv] (float32) = 0, from zeroed tiles. A
+    tile's sums start there before the kernel's first call; TVM's own loop of zeros would become a
+    call of ``memset``, after which LLVM configures the tiles again (``ldtilecfg``) on every tile."""
+    mt, rows = split_rows(mr)
+    lines = [f"define linkonce_odr void @{name}(ptr %c0, i64 %co, i64 %ldc) #1 {{", "entry:",
+             "  call void @tvm_amx_permit()", "  %c = getelementptr float, ptr %c0, i64 %co", "  %cs = shl i64 %ldc, 2",
+             f"  %z = call x86_amx @llvm.x86.tilezero.internal(i16 {rows}, i16 64)"]
+    for i in range(mt):
+        for j in range(nv):
+            lines += [f"  %r{i}_{j} = mul i64 %ldc, {i * rows}", f"  %x{i}_{j} = add i64 %r{i}_{j}, {16 * j}",
+                      f"  %p{i}_{j} = getelementptr float, ptr %c, i64 %x{i}_{j}",
+                      f"  call void @llvm.x86.tilestored64.internal(i16 {rows}, i16 64, ptr %p{i}_{j}, i64 %cs, x86_amx %z)"]
+    return "\n".join([*lines, "  ret void", "}"])
+
+
 # tvm_amx_permit: arch_prctl (syscall 158) ARCH_REQ_XCOMP_PERM (0x1023) for XFEATURE_XTILEDATA
 # (18), the first time a process calls a kernel; asking twice (two threads at once) is harmless
 _DECLARATIONS = """@tvm_amx_permitted = linkonce_odr global i32 0
@@ -117,6 +133,7 @@ done:
   ret void
 }
 declare x86_amx @llvm.x86.tileloadd64.internal(i16, i16, ptr, i64)
+declare x86_amx @llvm.x86.tilezero.internal(i16, i16)
 declare x86_amx @llvm.x86.tdpbf16ps.internal(i16, i16, i16, x86_amx, x86_amx, x86_amx)
 declare void @llvm.x86.tilestored64.internal(i16, i16, ptr, i64, x86_amx)
 attributes #1 = { alwaysinline nounwind "target-features"="+amx-tile,+amx-bf16" }

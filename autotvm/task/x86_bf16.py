@@ -222,10 +222,11 @@ def _taps_intrinsic(mr: int, nv: int, kt: int, taps: int, width: int = 0) -> tup
 EPILOGUES = ("none", "bias", "bias_relu", "bias_add_relu", "bias_gelu", "bias_add", "bias_relu6")
 
 
-def _with_epilogue(inputs: list, sums: Any, epilogue: int, out_dtype: str = "float32") -> Any:
+def _with_epilogue(inputs: list, sums: Any, epilogue: int, out_dtype: str = "float32",
+                   residual_dtype: str = "float32") -> Any:
     """The function of ``inputs`` and the float32 ``sums`` (its last axis the output channels),
-    with ``EPILOGUES[epilogue]`` applied in a stage ``Z``: its bias and residual inputs follow.
-    The output is cast to ``out_dtype`` in the last stage."""
+    with ``EPILOGUES[epilogue]`` applied in a stage ``Z``: its bias and residual (of
+    ``residual_dtype``) inputs follow. The output is cast to ``out_dtype`` in the last stage."""
     from tvm import topi
 
     kind = EPILOGUES[epilogue]
@@ -233,11 +234,11 @@ def _with_epilogue(inputs: list, sums: Any, epilogue: int, out_dtype: str = "flo
     if kind == "none":
         return te.create_prim_func([*inputs, _cast(sums, out_dtype)])
     bias = te.placeholder((shape[-1],), "float32", name="bias")
-    residual = te.placeholder(shape, "float32", name="residual")
+    residual = te.placeholder(shape, residual_dtype, name="residual")
 
     def biased(*index: Any) -> Any:
         value = sums(*index) + bias[index[-1]]
-        return value + residual(*index) if kind in ("bias_add_relu", "bias_add") else value
+        return value + residual(*index).astype("float32") if kind in ("bias_add_relu", "bias_add") else value
 
     z = te.compute(shape, biased, name="Z")
     if kind in ("bias_relu", "bias_add_relu"):
@@ -335,8 +336,7 @@ def schedule(func: Any, mr: int, nv: int, kt: int, amx: bool = False) -> tvm.s_t
     sch.parallel(outer)
     _epilogue_at(sch, outer)
     init = sch.decompose_reduction(block, ko)
-    sch.vectorize(sch.get_loops(init)[-1])
-    _tensorize(sch, ii, outer, Tile(mr, nv, kt, amx))
+    _tensorize(sch, ii, outer, Tile(mr, nv, kt, amx), init)
     return sch
 
 
@@ -374,12 +374,52 @@ def fits(m: int, k: int, n: int) -> bool:
     return k % 2 == 0 and bool(tiles(m, k, n) or tiles(m, k, n, amx=True))
 
 
-def _tensorize(sch: tvm.s_tir.Schedule, inner: Any, outer: Any, tile: Tile, taps: int = 1, width: int = 0) -> None:
+def _tensorize(sch: tvm.s_tir.Schedule, inner: Any, outer: Any, tile: Tile, init: Any, taps: int = 1,
+               width: int = 0) -> None:
     """The loop ``inner`` (an mr x 16 nv x kt-pair tile, or ``taps`` of them, ``width`` pixels
-    apart where they run flat) becomes the micro-kernel, and ``outer`` carries its LLVM IR."""
+    apart where they run flat) becomes the micro-kernel, and ``outer`` carries its LLVM IR. The
+    block ``init`` zeroes the tile's sums: on AMX from zeroed tiles (``x86_amx.zero_ir``), else
+    in vectors."""
     intrin, ir = intrinsic(*tile, taps, width if taps > 1 else 0)
     sch.tensorize(inner, intrin)
+    if tile.amx:
+        zero, zero_ir = _zero_intrinsic(tile.mr, tile.nv)
+        sch.tensorize(sch.get_loops(init)[-2], zero)
+        ir += "\n" + zero_ir
+    else:
+        sch.vectorize(sch.get_loops(init)[-1])
     sch.annotate(outer, PRAGMA, ir)
+
+
+@functools.lru_cache(maxsize=None)
+def _zero_intrinsic(mr: int, nv: int) -> tuple[str, str]:
+    """Register C[mr, 16 nv] = 0 on AMX's tiles as a tensor intrinsic; returns (its name, its
+    LLVM IR, which follows a kernel's)."""
+    name, n = f"tvm_amx_zero_{mr}x{nv}", 16 * nv
+
+    @T.prim_func(s_tir=True)
+    def desc(c: T.handle) -> None:
+        C = T.match_buffer(c, (mr, n), "float32", offset_factor=1, strides=[T.int32(), 1])
+        with T.sblock("root"):
+            T.reads()
+            T.writes(C[0:mr, 0:n])
+            for i, j in T.grid(mr, n):
+                with T.sblock("zero"):
+                    vi, vj = T.axis.remap("SS", [i, j])
+                    C[vi, vj] = T.float32(0)
+
+    @T.prim_func(s_tir=True)
+    def impl(c: T.handle) -> None:
+        C = T.match_buffer(c, (mr, n), "float32", offset_factor=1, strides=[T.int32(), 1])
+        with T.sblock("root"):
+            T.reads()
+            T.writes(C[0:mr, 0:n])
+            T.evaluate(T.call_extern("int32", name, C.data, T.Cast("int64", C.elem_offset),
+                                     T.Cast("int64", C.strides[0])))
+
+    intrin = f"amx_zero_{mr}x{nv}"
+    tvm.s_tir.TensorIntrin.register(intrin, desc, impl, override=True)
+    return intrin, x86_amx.zero_ir(name, mr, nv)
 
 
 TEMPLATE = "x86/matmul_bf16"
@@ -422,9 +462,15 @@ def batch_matmul_template(b: int, m: int, k: int, n: int, epilogue: int = 0) -> 
     return schedule(batch_matmul(b, m, k, n, epilogue), *Tile.parse(cfg["tile"].val)), []
 
 
+# the activations of a convolution that may be bfloat16, a bit each in ``Conv2D.io``: where a
+# convolution's output is only read by other convolutions' kernels, it is written in bfloat16
+CONV_IO = ("input", "residual", "output")
+
+
 class Conv2D(NamedTuple):
     """A 2-D convolution layer: input (1, h, w, c) NHWC, co filters of kh x kw, one stride, pads
-    (top, left, bottom, right), and its epilogue (an index of ``EPILOGUES``)."""
+    (top, left, bottom, right), its epilogue (an index of ``EPILOGUES``), and which of its
+    activations are bfloat16 (``io``, a bit each of ``CONV_IO``; the others float32)."""
 
     h: int
     w: int
@@ -438,6 +484,11 @@ class Conv2D(NamedTuple):
     pad_bottom: int
     pad_right: int
     epilogue: int = 0
+    io: int = 0
+
+    def dtype(self, activation: str) -> str:
+        """The type of one of ``CONV_IO``'s activations."""
+        return "bfloat16" if self.io >> CONV_IO.index(activation) & 1 else "float32"
 
     @property
     def out(self) -> tuple[int, int]:
@@ -501,8 +552,9 @@ MIN_KT = 16  # the fewest pairs of K a call of the micro-kernel reads when it do
 
 
 def conv2d(shape: Conv2D, flat_rows: int = 0) -> Any:
-    """Y (1, oh, ow, co) float32 = X (1, h, w, c) float32, read as bfloat16, convolved with W
-    given packed by ``pack_conv2d_weight``. The padded input is laid out once, in bfloat16, as
+    """Y (1, oh, ow, co) = X (1, h, w, c), read as bfloat16, convolved with W given packed by
+    ``pack_conv2d_weight`` (X, Y and the epilogue's residual float32, or bfloat16 as
+    ``Conv2D.io`` has them; the sums float32). The padded input is laid out once, in bfloat16, as
     P (h + pads, stride, ow + (kw - 1) / stride, c): pixel ``x * stride + q`` of a row at
     ``P[.., q, x, :]``, so each filter tap reads a strided matrix. Folded (``Conv2D.folded``), P
     is (h + pads, 1, ow, 2 pairs): output pixel x's row of taps, its channels side by side, and
@@ -512,7 +564,7 @@ def conv2d(shape: Conv2D, flat_rows: int = 0) -> Any:
     are taken for every pixel of the padded rows, in tiles of ``flat_rows`` (its last ones past
     the image zeros), a stage ``Y_pixels`` writing the output's."""
     s, (oh, ow) = shape.stride, shape.out
-    x = te.placeholder((1, shape.h, shape.w, shape.c), "float32", name="X")
+    x = te.placeholder((1, shape.h, shape.w, shape.c), shape.dtype("input"), name="X")
     kw, steps, width = (1, 1, ow) if shape.folded else (shape.kw, s, ow + (shape.kw - 1) // s)
     blk = shape.block
     w = te.placeholder((shape.filters // blk, shape.kh, kw, shape.pairs, blk, 2), "bfloat16", name="W")
@@ -529,7 +581,7 @@ def conv2d(shape: Conv2D, flat_rows: int = 0) -> Any:
         # folded, the condition varies along the vectorised channels, where TVM's vectoriser leaves an
         # if_then_else scalar: a select of a load clamped inside X stays in vectors
         value = x[0, te.max(te.min(row, shape.h - 1), 0), te.max(te.min(col, shape.w - 1), 0), ci]
-        return tvm.tirx.Select(inside, value, tvm.tirx.const(0, "float32")).astype("bfloat16")
+        return tvm.tirx.Select(inside, value, tvm.tirx.const(0, x.dtype)).astype("bfloat16")
 
     r, t = te.reduce_axis((0, shape.kh), name="r"), te.reduce_axis((0, kw), name="t")
     cc, cp = te.reduce_axis((0, shape.pairs), name="cc"), te.reduce_axis((0, 2), name="cp")
@@ -544,14 +596,14 @@ def conv2d(shape: Conv2D, flat_rows: int = 0) -> Any:
             p[0, 0, m + r * pw + t, cc * 2 + cp].astype("float32") * w[o // blk, r, t, cc, o % blk, cp].astype("float32"),
             axis=[r, t, cc, cp]), name="Y")
         y = te.compute((1, oh, ow, shape.co), lambda n, i, j, o: y[0, 0, i * pw + j, o], name="Y_pixels")
-        return _with_epilogue([x, w], y, shape.epilogue)
+        return _with_epilogue([x, w], y, shape.epilogue, shape.dtype("output"), shape.dtype("residual"))
     p = te.compute((shape.h + shape.pad_top + shape.pad_bottom, steps, width, 2 * shape.pairs), padded, name="P")
     y = te.compute((1, oh, ow, shape.filters), lambda n, i, j, o: te.sum(
         p[i * s + r, t % steps, j + t // steps, cc * 2 + cp].astype("float32") * w[o // blk, r, t, cc, o % blk, cp].astype("float32"),
         axis=[r, t, cc, cp]), name="Y")
     if shape.filters != shape.co:  # the sums of the real filters
         y = te.compute((1, oh, ow, shape.co), lambda *index: y(*index), name="Y_real")
-    return _with_epilogue([x, w], y, shape.epilogue)
+    return _with_epilogue([x, w], y, shape.epilogue, shape.dtype("output"), shape.dtype("residual"))
 
 
 # the loops around the micro-kernel, outermost first, the parallel ones before the "|"
@@ -587,8 +639,7 @@ def conv2d_schedule(func: Any, mr: int, nv: int, kt: int, amx: bool = False,
     sch.parallel(outer)
     _epilogue_at(sch, None if width else outer)
     init = sch.decompose_reduction(block, loops[serial[0]])
-    sch.vectorize(sch.get_loops(init)[-1])
-    _tensorize(sch, loops["r"] if taps > 1 else ji, outer, Tile(mr, nv, kt, amx), taps, width)
+    _tensorize(sch, loops["r"] if taps > 1 else ji, outer, Tile(mr, nv, kt, amx), init, taps, width)
     return sch
 
 
@@ -644,12 +695,14 @@ CONV_TEMPLATE = "x86/conv2d_nhwc_bf16"
 
 @template(CONV_TEMPLATE)
 def conv2d_template(*args: int) -> tuple[Any, list]:
-    """The bfloat16 convolution as an AutoTVM template (args: ``Conv2D``'s fields): its knobs are
-    the micro-kernel's tile (AMX's where the target has AMX and a tile fits) and the parallel
+    """The bfloat16 convolution as an AutoTVM template (args: ``Conv2D``'s fields, ``io`` left out
+    where it is 0): its knobs are the micro-kernel's tile (AMX's where the target has AMX and a tile fits) and the parallel
     loop's order, so every tuner searches them."""
-    if len(args) != len(Conv2D._fields) or not all(isinstance(a, int) and a >= 0 for a in args):
-        raise AutoTVMError(f"{CONV_TEMPLATE} takes {len(Conv2D._fields)} integers ({', '.join(Conv2D._fields)}), "
-                           f"got {args!r}")
+    fields = len(Conv2D._fields)
+    if len(args) not in (fields - 1, fields) or not all(isinstance(a, int) and a >= 0 for a in args) \
+            or len(args) == fields and args[-1] >= 2 ** len(CONV_IO):
+        raise AutoTVMError(f"{CONV_TEMPLATE} takes {fields - 1} or {fields} integers ({', '.join(Conv2D._fields)}; "
+                           f"io below {2 ** len(CONV_IO)}), got {args!r}")
     shape = Conv2D(*args)
     cfg = get_config()
     cfg.define_knob("tile", _knob_tiles(conv2d_tiles(shape, amx=True), conv2d_tiles(shape)))
