@@ -273,26 +273,31 @@ def test_a_flat_amx_tile_writes_the_sums_of_a_tile_of_rows(taps):
 
 
 @pytest.mark.skipif(not HAS_BF16, reason="this CPU has no AVX512-BF16")
-@pytest.mark.parametrize("tile", ["7x3x32", *[pytest.param(t, marks=pytest.mark.skipif(not HAS_AMX, reason="no AMX"))
-                                              for t in ("amx-7x1x32", "amx-16x1x32")]])  # the last one flat
-def test_a_convolution_reads_and_writes_bfloat16_activations_where_its_io_has_them(tile):
+@pytest.mark.parametrize("dims, tile", [
+    ((7, 7, 64, 40, 3, 3, 1, 1, 1, 1, 1), "7x3x32"),
+    ((12, 12, 5, 32, 3, 3, 2, 1, 1, 1, 1), None),  # few channels: folded (its first tile)
+    *[pytest.param((7, 7, 64, 40, 3, 3, 1, 1, 1, 1, 1), t, marks=pytest.mark.skipif(not HAS_AMX, reason="no AMX"))
+      for t in ("amx-7x1x32", "amx-16x1x32")]])  # the last one flat
+def test_a_convolution_reads_and_writes_bfloat16_activations_where_its_io_has_them(dims, tile):
     """Its input, residual and output in bfloat16 (``Conv2D.io``): the bits of the float32
-    build's output rounded to bfloat16, for the same values in, through a tile's epilogue and a
-    flat tile's stage."""
+    build's output rounded to bfloat16, for the same values in, through a tile's epilogue, a flat
+    tile's stage and a folded input."""
     import ml_dtypes
 
     rng = np.random.default_rng(2)
-    shape = x86_bf16.Conv2D(7, 7, 64, 40, 3, 3, 1, 1, 1, 1, 1, x86_bf16.EPILOGUES.index("bias_add_relu"))
-    x, residual = (rng.standard_normal(s).astype(ml_dtypes.bfloat16) for s in ((1, 7, 7, 64), (1, 7, 7, 40)))
-    w = x86_bf16.pack_conv2d_weight(rng.standard_normal((40, 3, 3, 64)).astype(np.float32), shape)
-    bias = rng.standard_normal(40).astype(np.float32)
+    shape = x86_bf16.Conv2D(*dims, x86_bf16.EPILOGUES.index("bias_add_relu"))
+    tile = x86_bf16.Tile.parse(tile) if tile else x86_bf16.conv2d_tiles(shape)[0]
+    out = (1, *shape.out, shape.co)
+    x, residual = (rng.standard_normal(s).astype(ml_dtypes.bfloat16) for s in ((1, shape.h, shape.w, shape.c), out))
+    w = x86_bf16.pack_conv2d_weight(rng.standard_normal((shape.co, shape.kh, shape.kw, shape.c)).astype(np.float32),
+                                    shape)
+    bias = rng.standard_normal(shape.co).astype(np.float32)
     outputs = []
     for io, dtype in ((0, np.float32), (2 ** len(x86_bf16.CONV_IO) - 1, ml_dtypes.bfloat16)):
         layer = shape._replace(io=io)
         assert {layer.dtype(name) for name in x86_bf16.CONV_IO} == {np.dtype(dtype).name}
-        y = tvm.runtime.tensor(np.zeros((1, 7, 7, 40), dtype))
-        lib = tvm.compile(x86_bf16.conv2d_tiled(layer, x86_bf16.Tile.parse(tile), "rows", 3 * ("amx" in tile)
-                                                or 1).mod, target=HOST)
+        y = tvm.runtime.tensor(np.zeros(out, dtype))
+        lib = tvm.compile(x86_bf16.conv2d_tiled(layer, tile, "rows", shape.kh if tile.amx else 1).mod, target=HOST)
         lib["main"](*(tvm.runtime.tensor(a) for a in (x.astype(dtype), w, bias, residual.astype(dtype))), y)
         outputs.append(y.numpy())
     assert outputs[1].dtype == ml_dtypes.bfloat16 and outputs[0].max() > 0
