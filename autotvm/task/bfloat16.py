@@ -225,14 +225,13 @@ def to_bfloat16(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
                 return call if self.kernels.took(call) else super().visit_call_(call)
             layer, op, bias, residual, epilogue = end
             inputs = [] if bias is None else [relax.const(tvm.runtime.tensor(bias.astype(np.float32)))]
+            narrow = any(k.same_as(call) for k in self.kernels.narrow)
             if isinstance(layer, _Batched):
                 out = self.batch_matmul(layer, op, residual, x86_bf16.BATCH_EPILOGUES.index(epilogue))
             elif is_op(op, "nn.conv2d"):
-                out = self.conv2d(layer, op, inputs, residual, x86_bf16.EPILOGUES.index(epilogue),
-                                  any(k.same_as(call) for k in self.kernels.narrow))
+                out = self.conv2d(layer, op, inputs, residual, x86_bf16.EPILOGUES.index(epilogue), narrow)
             else:
-                out = self.matmul(layer, op, inputs, residual, x86_bf16.EPILOGUES.index(epilogue),
-                                  int(any(k.same_as(call) for k in self.kernels.narrow)))
+                out = self.matmul(layer, op, inputs, residual, x86_bf16.EPILOGUES.index(epilogue), int(narrow))
             shape = shape_of(call)  # the shape the chain ended in
             return out if shape_of(out) == shape else relax.op.reshape(out, shape)
 
@@ -288,8 +287,8 @@ def to_bfloat16(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
             inputs = [x, packed, *epilogue_inputs] + ([] if residual is None else [residual])
             name = "conv2d_bf16_" + "_".join(map(str, layer[:11])) + "_" + x86_bf16.EPILOGUES[epilogue] + \
                 (f"_io{io}" if io else "")
-            return self.call_template(x86_bf16.conv2d(layer), x86_bf16.CONV_TEMPLATE, list(layer)[:-1] + [io] * bool(io),
-                                      name, inputs, (1, *layer.out, layer.co), layer.dtype("output"))
+            return self.call_template(x86_bf16.conv2d(layer), x86_bf16.CONV_TEMPLATE, layer.args, name, inputs,
+                                      (1, *layer.out, layer.co), layer.dtype("output"))
 
     rewrite = Rewrite(mod)
     for gvar, func in mod.functions_items():

@@ -486,6 +486,12 @@ class Conv2D(NamedTuple):
     epilogue: int = 0
     io: int = 0
 
+    @property
+    def args(self) -> list[int]:
+        """Its convolution template's args: its fields, ``io`` left out where it is 0 (a float32
+        convolution's task the same as one's without the field)."""
+        return list(self)[:-1] + [self.io] * bool(self.io)
+
     def dtype(self, activation: str) -> str:
         """The type of one of ``CONV_IO``'s activations."""
         return "bfloat16" if self.io >> CONV_IO.index(activation) & 1 else "float32"
@@ -695,9 +701,9 @@ CONV_TEMPLATE = "x86/conv2d_nhwc_bf16"
 
 @template(CONV_TEMPLATE)
 def conv2d_template(*args: int) -> tuple[Any, list]:
-    """The bfloat16 convolution as an AutoTVM template (args: ``Conv2D``'s fields, ``io`` left out
-    where it is 0): its knobs are the micro-kernel's tile (AMX's where the target has AMX and a tile fits) and the parallel
-    loop's order, so every tuner searches them."""
+    """The bfloat16 convolution as an AutoTVM template (args: ``Conv2D.args``): its knobs are the
+    micro-kernel's tile (AMX's where the target has AMX and a tile fits) and the parallel loop's
+    order, so every tuner searches them."""
     fields = len(Conv2D._fields)
     if len(args) not in (fields - 1, fields) or not all(isinstance(a, int) and a >= 0 for a in args) \
             or len(args) == fields and args[-1] >= 2 ** len(CONV_IO):
