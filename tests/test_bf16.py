@@ -37,6 +37,7 @@ def test_tiles_fit_the_shape_and_the_registers():
     assert all(128 % mr == 0 and 1536 % (16 * nv) == 0 and kt % 16 == 0 and -(-mr // 16) * nv + nv + 1 <= 8
                for mr, nv, kt, _ in amx)
     assert "amx-64x2x64" not in map(str, amx) and x86_bf16.Tile.parse("amx-32x2x64") == (32, 2, 64, True)
+    assert "amx-32x2x192" in map(str, amx)  # a call over the whole K: its sums through memory once
     assert not x86_bf16.tiles(1, 384, 384, amx=True)  # one row: no tile (its loop would vanish), stays float32
     with pytest.raises(autotvm.AutoTVMError, match="8 registers"):
         x86_bf16.intrinsic(48, 2, 64, amx=True)
@@ -73,7 +74,7 @@ def test_the_micro_kernel_computes_the_bfloat16_product_in_float32(tile):
     rng = np.random.default_rng(0)
     a = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
     b = rng.standard_normal((k, n)).astype(ml_dtypes.bfloat16)
-    packed = b.reshape(k // 2, 2, n).transpose(0, 2, 1).copy()  # pairs of K side by side
+    packed = x86_bf16.pack_matmul_weight(b)  # panels of 16 columns, pairs of K side by side
     mod = x86_bf16.schedule(x86_bf16.matmul(m, k, n), *tile).mod
     lib = tvm.compile(mod, target=HOST)
     assert "vdpbf16ps" in lib.mod.inspect_source("asm")
@@ -92,7 +93,7 @@ def test_the_batched_kernel_computes_each_product_and_adds_its_mask(tile, epilog
     rng = np.random.default_rng(0)
     a = rng.standard_normal((b, m, k)).astype(ml_dtypes.bfloat16)
     w = rng.standard_normal((b, k, n)).astype(ml_dtypes.bfloat16)
-    packed = w.reshape(b, k // 2, 2, n).transpose(0, 1, 3, 2).copy()  # each right operand in pairs of K
+    packed = x86_bf16.pack_matmul_weight(w)  # each right operand as a weight's
     mask = rng.standard_normal((1 if epilogue == "add_broadcast" else b, m, n)).astype(np.float32)
     index = x86_bf16.BATCH_EPILOGUES.index(epilogue)
     lib = tvm.compile(x86_bf16.schedule(x86_bf16.batch_matmul(b, m, k, n, index), *tile).mod, target=HOST)
@@ -101,6 +102,23 @@ def test_the_batched_kernel_computes_each_product_and_adds_its_mask(tile, epilog
     lib["main"](*[tvm.runtime.tensor(x) for x in [a, packed] + [mask] * (epilogue != "none")], c)
     expected = a.astype(np.float32) @ w.astype(np.float32) + (mask if epilogue != "none" else 0)
     np.testing.assert_allclose(c.numpy(), expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
+
+
+def test_a_matmul_weight_is_packed_in_panels_of_16_columns():
+    """Each 16 columns of B, pairs of K side by side, lie in one run of memory (a panel), so that a
+    tile reads them in order over K; a stack of B (attention's right operands) panel by panel too."""
+    import ml_dtypes
+
+    k, n = 8, 48
+    w = np.arange(k * n, dtype=np.float32).reshape(k, n)
+    packed = x86_bf16.pack_matmul_weight(w)
+    assert packed.shape == (n // 16, k // 2, 16, 2) and packed.dtype == ml_dtypes.bfloat16
+    for kk, j in np.ndindex(k, n):
+        assert packed[j // 16, kk // 2, j % 16, kk % 2] == w[kk, j].astype(ml_dtypes.bfloat16)
+    panel = packed.reshape(n // 16, -1)[1]  # the second panel's memory, in order
+    assert list(panel[:4].astype(np.float32)) == [w[0, 16], w[1, 16], w[0, 17], w[1, 17]]
+    stack = x86_bf16.pack_matmul_weight(np.stack([w, 2 * w]))
+    assert stack.shape == (2, *packed.shape) and (stack[1].astype(np.float32) == 2 * packed.astype(np.float32)).all()
 
 
 def amx_products(cases: list) -> list[float]:
@@ -144,7 +162,7 @@ def test_the_amx_micro_kernel_computes_the_bfloat16_product_in_a_fresh_process()
     import sys
 
     cases = [(32, 64, 96, 16, 2, 32), (64, 64, 32, 32, 1, 16), (24, 96, 48, 8, 3, 16), (14, 20, 32, 14, 2, 10),
-             (32, 144, 64, 16, 2, 72)]
+             (32, 144, 64, 16, 2, 72), (32, 768, 64, 32, 2, 384)]
     code = f"import sys; sys.path.insert(0, 'tests'); import test_bf16; print(test_bf16.amx_products({cases!r}))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -73,7 +73,7 @@ def _tvm_bfloat16(a: np.ndarray, b: np.ndarray, target: Any) -> tuple[Runtime, s
 
     (m, k), n = a.shape, b.shape[1]
     a16 = a.astype(ml_dtypes.bfloat16)
-    packed = b.astype(ml_dtypes.bfloat16).reshape(k // 2, 2, n).transpose(0, 2, 1).copy()
+    packed = x86_bf16.pack_matmul_weight(b)
     args = [tvm.runtime.tensor(a16), tvm.runtime.tensor(packed), tvm.runtime.tensor(np.zeros((m, n), np.float32))]
     func, best = x86_bf16.matmul(m, k, n), None
     for tile in x86_bf16.tiles(m, k, n, amx=x86_bf16.uses_amx(target)) or x86_bf16.tiles(m, k, n):

@@ -260,11 +260,12 @@ def to_bfloat16(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
         def batch_matmul(self, layer: _Batched, op: Any, addend: Any, epilogue: int) -> Any:
             """Both operands cast to bfloat16 where they are computed (the casts before their
             reshapes, so that they join the kernels that compute them: the heads' copies, the
-            softmax), the right one packed in pairs of K there too."""
+            softmax), the right one packed there too (``x86_bf16.batch_matmul``'s panels)."""
             (b, m, k, n), kind = layer, x86_bf16.BATCH_EPILOGUES[epilogue]
             x, y = (relax.op.astype(self.visit_expr(self.kernels.unreshaped(arg)), "bfloat16") for arg in op.args)
             rows = self.builder_.emit(relax.op.reshape(x, (b, m, k)))
-            packed = self.builder_.emit(relax.op.permute_dims(relax.op.reshape(y, (b, k // 2, 2, n)), [0, 1, 3, 2]))
+            packed = self.builder_.emit(relax.op.permute_dims(relax.op.reshape(y, (b, k // 2, 2, n // 16, 16)),
+                                                              [0, 3, 1, 4, 2]))
             inputs = [rows, packed]
             if kind != "none":
                 inputs.append(self.builder_.emit(relax.op.reshape(

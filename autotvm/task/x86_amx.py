@@ -56,10 +56,11 @@ def fits(mr: int, nv: int, kt: int) -> bool:
     return rows is not None and nv >= 1 and kt > 0 and rows[0] * nv + nv + 1 + shorter <= REGISTERS
 
 
-def kernel_ir(name: str, mr: int, nv: int, kt: int, taps: int = 1) -> str:
+def kernel_ir(name: str, mr: int, nv: int, kt: int, taps: int = 1, panels: bool = False) -> str:
     """LLVM IR of ``name(c, c_offset, ldc, a, a_offset, lda, b, b_offset, ldb, kt)``, the same
     signature as ``x86_bf16``'s kernel: the sum tiles loaded from C, kt pairs of K added in steps
-    of 16, stored back; with the declarations it needs. With ``taps`` > 1 the kernel adds the
+    of 16, stored back; with the declarations it needs. With ``panels`` each 16 columns of B are a
+    panel (``ldb`` apart), its pairs of K 64 bytes apart. With ``taps`` > 1 the kernel adds the
     products of ``taps`` pairs of A and B, the next ``sa`` and ``sb`` elements on (two more
     arguments): a convolution's filter rows, summed while the sums stay in the tiles."""
     mt, rows = split_rows(mr)
@@ -86,9 +87,10 @@ def kernel_ir(name: str, mr: int, nv: int, kt: int, taps: int = 1) -> str:
                          f"ptr %cp{i}_{j}, i64 %cs)")
     for s, (r, first, pairs) in enumerate(steps):
         for j in range(nv):
-            lines += offset(f"bp{s}_{j}", "%b", "%ldb", first, 32 * j, "i16", "%sb", r)
+            row, column = (j, 32 * first) if panels else (first, 32 * j)
+            lines += offset(f"bp{s}_{j}", "%b", "%ldb", row, column, "i16", "%sb", r)
             lines.append(f"  %bt{s}_{j} = call x86_amx @llvm.x86.tileloadd64.internal(i16 {pairs}, i16 64, "
-                         f"ptr %bp{s}_{j}, i64 %bs)")
+                         f"ptr %bp{s}_{j}, i64 {64 if panels else '%bs'})")
         for i in range(mt):
             lines += offset(f"ap{s}_{i}", "%a", "%lda", i * rows, 2 * first, "i16", "%sa", r)
             lines.append(f"  %at{s}_{i} = call x86_amx @llvm.x86.tileloadd64.internal(i16 {rows}, i16 {4 * pairs}, "

@@ -6,9 +6,11 @@ TVM 0.27 legalizes bfloat16 to float32 arithmetic and uint16 storage before LLVM
 has no LLVM ``bfloat`` vector type to pass to ``llvm.x86.avx512bf16.dpbf16ps.512``; so the
 intrinsic's implementation calls a small function written in LLVM IR, which the kernel carries
 along (``pragma_import_llvm``) and LLVM inlines. The micro-kernel keeps an ``mr`` x ``16 nv``
-block of C in registers over ``kt`` pairs of K, reading A's pairs broadcast and B packed as
-``(K/2, N, 2)``: the two bfloat16 of a pair side by side, the layout ``vdpbf16ps`` reads (a
-weight's packing, done once). C accumulates in float32.
+block of C in registers over ``kt`` pairs of K, reading A's pairs broadcast and B's in pairs: the
+two bfloat16 of a pair side by side, the layout ``vdpbf16ps`` reads. A matmul's B is packed in
+panels of 16 columns, ``(N/16, K/2, 16, 2)`` (``pack_matmul_weight``; a weight's packing, done
+once), so that a tile reads each 16 columns of B over K from contiguous memory, which the CPU
+fetches ahead (a weight comes from memory on every run of a model). C accumulates in float32.
 
 A convolution (NHWC) is the same product, one filter tap at a time: for a tap, ``mr`` adjacent
 output pixels of a row read ``mr`` input pixels ``stride`` apart, a matrix with row stride
@@ -54,10 +56,11 @@ def cpu_has_amx_bf16(target: Any) -> bool:
     return "amx-bf16" in (cpu_features(target) or ())
 
 
-def _kernel_ir(name: str, mr: int, nv: int) -> str:
+def _kernel_ir(name: str, mr: int, nv: int, panels: bool = False) -> str:
     """LLVM IR of ``name(c, c_offset, ldc, a, a_offset, lda, b, b_offset, ldb, kt)``: C[mr, 16 nv]
     (float32, row stride ldc) += A[mr, 2 kt] (bfloat16, row stride lda) x B[kt, 16 nv, 2]
-    (bfloat16 pairs, stride ldb per pair of K), accumulators in registers across the K loop."""
+    (bfloat16 pairs, stride ldb per pair of K; with ``panels``, B[nv, kt, 16, 2], stride ldb per
+    panel of 16 columns), accumulators in registers across the K loop."""
     lines = [f"define void @{name}(ptr %c0, i64 %co, i64 %ldc, ptr %a0, i64 %ao, i64 %lda, ptr %b0, i64 %bo, "
              "i64 %ldb, i64 %kt) #0 {", "entry:",
              "  %c = getelementptr float, ptr %c0, i64 %co",
@@ -73,9 +76,10 @@ def _kernel_ir(name: str, mr: int, nv: int) -> str:
     lines += ["  br label %loop", "loop:", "  %k = phi i64 [0, %entry], [%k1, %loop]"]
     lines += [f"  %acc{r}_{j} = phi <16 x float> [%init{r}_{j}, %entry], [%new{r}_{j}, %loop]"
               for r in range(mr) for j in range(nv)]
-    lines.append("  %kb = mul i64 %k, %ldb")
+    lines.append("  %kb = shl i64 %k, 5" if panels else "  %kb = mul i64 %k, %ldb")
     for j in range(nv):
-        lines += [f"  %boff{j} = add i64 %kb, {32 * j}", f"  %bp{j} = getelementptr i16, ptr %b, i64 %boff{j}",
+        lines += [f"  %bj{j} = mul i64 %ldb, {j}" if panels else f"  %bj{j} = add i64 0, {32 * j}",
+                  f"  %boff{j} = add i64 %kb, %bj{j}", f"  %bp{j} = getelementptr i16, ptr %b, i64 %boff{j}",
                   f"  %bv{j} = load <32 x bfloat>, ptr %bp{j}, align 2"]
     lines.append("  %k2 = shl i64 %k, 1")
     for r in range(mr):
@@ -123,9 +127,11 @@ class Tile(NamedTuple):
 
 
 @functools.lru_cache(maxsize=None)  # once per shape and process: TVMScript parses slowly, and a tune instantiates often
-def intrinsic(mr: int, nv: int, kt: int, amx: bool = False, taps: int = 1, width: int = 0) -> tuple[str, str]:
+def intrinsic(mr: int, nv: int, kt: int, amx: bool = False, taps: int = 1, width: int = 0,
+              panels: bool = False) -> tuple[str, str]:
     """Register the micro-kernel C[mr, 16 nv] += A[mr, 2 kt] B[kt, 16 nv, 2] (on AMX's tiles if
     ``amx``) as a tensor intrinsic; returns (its name, the LLVM IR its kernels must carry). With
+    ``panels`` B is read as a matmul's, ``nv`` panels of 16 columns (``pack_matmul_weight``). With
     ``taps`` > 1 (AMX's only, ``_taps_intrinsic``) it sums a convolution's filter rows, ``width``
     pixels apart where its pixels run flat (``Conv2D.flat``)."""
     if amx and not x86_amx.fits(mr, nv, kt):
@@ -138,36 +144,45 @@ def intrinsic(mr: int, nv: int, kt: int, amx: bool = False, taps: int = 1, width
     if not amx and not _fits_registers(mr, nv):
         raise AutoTVMError(f"bf16 micro-kernel {mr}x{nv}: more accumulators than AVX-512 has registers")
     name, n = (f"tvm_amx_bf16_gemm_{mr}x{nv}x{kt}" if amx else f"tvm_bf16_gemm_{mr}x{nv}"), 16 * nv
+    name += "_panels" * panels
+    # B's region and where pair vk of column vj is in it: (kt, 16 nv, 2), or panels (nv, kt, 16, 2)
+    b_shape, b_strides = ((nv, kt, 16, 2), [T.int32(), 32, 2, 1]) if panels else ((kt, n, 2), [T.int32(), 2, 1])
+    b_all = tuple(slice(0, d) for d in b_shape)
+
+    def b_at(k: Any, j: Any, p: Any) -> tuple:
+        return (j // 16, k, j % 16, p) if panels else (k, j, p)
 
     @T.prim_func(s_tir=True)
     def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
         A = T.match_buffer(a, (mr, 2 * kt), "bfloat16", offset_factor=1, strides=[T.int32(), 1])
-        B = T.match_buffer(b, (kt, n, 2), "bfloat16", offset_factor=1, strides=[T.int32(), 2, 1])
+        B = T.match_buffer(b, b_shape, "bfloat16", offset_factor=1, strides=b_strides)
         C = T.match_buffer(c, (mr, n), "float32", offset_factor=1, strides=[T.int32(), 1])
         with T.sblock("root"):
-            T.reads(C[0:mr, 0:n], A[0:mr, 0:2 * kt], B[0:kt, 0:n, 0:2])
+            T.reads(C[0:mr, 0:n], A[0:mr, 0:2 * kt], B[b_all])
             T.writes(C[0:mr, 0:n])
             for i, j, k, p in T.grid(mr, n, kt, 2):
                 with T.sblock("update"):
                     vi, vj, vk, vp = T.axis.remap("SSRR", [i, j, k, p])
-                    C[vi, vj] = C[vi, vj] + T.cast(A[vi, vk * 2 + vp], "float32") * T.cast(B[vk, vj, vp], "float32")
+                    C[vi, vj] = C[vi, vj] + T.cast(A[vi, vk * 2 + vp], "float32") * \
+                        T.cast(B[b_at(vk, vj, vp)], "float32")
 
     @T.prim_func(s_tir=True)
     def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
         A = T.match_buffer(a, (mr, 2 * kt), "bfloat16", offset_factor=1, strides=[T.int32(), 1])
-        B = T.match_buffer(b, (kt, n, 2), "bfloat16", offset_factor=1, strides=[T.int32(), 2, 1])
+        B = T.match_buffer(b, b_shape, "bfloat16", offset_factor=1, strides=b_strides)
         C = T.match_buffer(c, (mr, n), "float32", offset_factor=1, strides=[T.int32(), 1])
         with T.sblock("root"):
-            T.reads(C[0:mr, 0:n], A[0:mr, 0:2 * kt], B[0:kt, 0:n, 0:2])
+            T.reads(C[0:mr, 0:n], A[0:mr, 0:2 * kt], B[b_all])
             T.writes(C[0:mr, 0:n])
             T.evaluate(T.call_extern("int32", name, C.data, T.Cast("int64", C.elem_offset), T.Cast("int64", C.strides[0]),
                                      A.data, T.Cast("int64", A.elem_offset), T.Cast("int64", A.strides[0]),
                                      B.data, T.Cast("int64", B.elem_offset), T.Cast("int64", B.strides[0]),
                                      T.int64(kt)))
 
-    intrin = f"{'amx' if amx else 'avx512'}bf16_gemm_{mr}x{nv}x{kt}"
+    intrin = f"{'amx' if amx else 'avx512'}bf16_gemm_{mr}x{nv}x{kt}" + "_panels" * panels
     tvm.s_tir.TensorIntrin.register(intrin, desc, impl, override=True)
-    return intrin, x86_amx.kernel_ir(name, mr, nv, kt) if amx else _kernel_ir(name, mr, nv) + "\n" + _DECLARATIONS
+    return intrin, (x86_amx.kernel_ir(name, mr, nv, kt, panels=panels) if amx
+                    else _kernel_ir(name, mr, nv, panels) + "\n" + _DECLARATIONS)
 
 
 def _taps_intrinsic(mr: int, nv: int, kt: int, taps: int, width: int = 0) -> tuple[str, str]:
@@ -268,14 +283,15 @@ def _check_pairs(k: int) -> None:
 
 
 def matmul(m: int, k: int, n: int, epilogue: int = 0, out: int = 0) -> Any:
-    """C[m, n] = A[m, k] (bfloat16) x B, B given packed as (k/2, n, 2) bfloat16 pairs, then
-    ``EPILOGUES[epilogue]``, written in ``OUT_DTYPES[out]``."""
+    """C[m, n] = A[m, k] (bfloat16) x B, B given packed by ``pack_matmul_weight`` (panels of 16
+    columns, (n/16, k/2, 16, 2) bfloat16 pairs), then ``EPILOGUES[epilogue]``, written in
+    ``OUT_DTYPES[out]``."""
     _check_pairs(k)
     a = te.placeholder((m, k), "bfloat16", name="A")
-    b = te.placeholder((k // 2, n, 2), "bfloat16", name="B")
+    b = te.placeholder((n // 16, k // 2, 16, 2), "bfloat16", name="B")
     kk, kp = te.reduce_axis((0, k // 2), name="kk"), te.reduce_axis((0, 2), name="kp")
-    c = te.compute((m, n), lambda i, j: te.sum(a[i, kk * 2 + kp].astype("float32") * b[kk, j, kp].astype("float32"),
-                                               axis=[kk, kp]), name="C")
+    c = te.compute((m, n), lambda i, j: te.sum(
+        a[i, kk * 2 + kp].astype("float32") * b[j // 16, kk, j % 16, kp].astype("float32"), axis=[kk, kp]), name="C")
     return _with_epilogue([a, b], c, epilogue, OUT_DTYPES[out])
 
 
@@ -286,15 +302,16 @@ BATCH_EPILOGUES = ("none", "add_broadcast", "add")
 
 
 def batch_matmul(b: int, m: int, k: int, n: int, epilogue: int = 0) -> Any:
-    """C[b, m, n] (float32) = A[b, m, k] (bfloat16) x B[b], each B given packed as (k/2, n, 2)
-    bfloat16 pairs (an activation packed at run time), then ``BATCH_EPILOGUES[epilogue]``: R
-    (1 or b, m, n) added."""
+    """C[b, m, n] (float32) = A[b, m, k] (bfloat16) x B[b], each B given packed as ``matmul``'s
+    (b, n/16, k/2, 16, 2; an activation packed at run time), then ``BATCH_EPILOGUES[epilogue]``:
+    R (1 or b, m, n) added."""
     _check_pairs(k)
     a = te.placeholder((b, m, k), "bfloat16", name="A")
-    packed = te.placeholder((b, k // 2, n, 2), "bfloat16", name="B")
+    packed = te.placeholder((b, n // 16, k // 2, 16, 2), "bfloat16", name="B")
     kk, kp = te.reduce_axis((0, k // 2), name="kk"), te.reduce_axis((0, 2), name="kp")
     c = te.compute((b, m, n), lambda h, i, j: te.sum(
-        a[h, i, kk * 2 + kp].astype("float32") * packed[h, kk, j, kp].astype("float32"), axis=[kk, kp]), name="C")
+        a[h, i, kk * 2 + kp].astype("float32") * packed[h, j // 16, kk, j % 16, kp].astype("float32"),
+        axis=[kk, kp]), name="C")
     kind = BATCH_EPILOGUES[epilogue]
     if kind == "none":
         return te.create_prim_func([a, packed, c])
@@ -336,15 +353,19 @@ def schedule(func: Any, mr: int, nv: int, kt: int, amx: bool = False) -> tvm.s_t
     sch.parallel(outer)
     _epilogue_at(sch, outer)
     init = sch.decompose_reduction(block, ko)
-    _tensorize(sch, ii, outer, Tile(mr, nv, kt, amx), init)
+    _tensorize(sch, ii, outer, Tile(mr, nv, kt, amx), init, panels=True)
     return sch
+
+
+AMX_STEPS = (16, 32, 48, 64, 96, 128, 192, 256, 384)  # the pairs of K a call of a matmul's AMX kernel may take
 
 
 def tiles(m: int, k: int, n: int, amx: bool = False) -> list[Tile]:
     """The tiles of an m x k x n matmul: exact, and fitting AVX-512's registers (or AMX's tiles);
-    the first is the untuned build's. On AMX, rows from 8 (or all of them, at least 2) to 64."""
+    the first is the untuned build's. On AMX, rows from 8 (or all of them, at least 2) to 64, and
+    up to 384 pairs of K a call (fewer trips of the sums through memory)."""
     if amx:
-        steps = [kt for kt in (16, 32, 48, 64, 96, 128) if (k // 2) % kt == 0] or [k // 2] * (k // 2 < 16)
+        steps = [kt for kt in AMX_STEPS if (k // 2) % kt == 0] or [k // 2] * (k // 2 < 16)
         rows = [mr for mr in range(max(2, min(8, m)), 65) if m % mr == 0]
         return _amx_tiles(rows, n // 16 if n % 16 == 0 else 0, steps)
     found = [Tile(mr, nv, kt) for mr in (2, 4, 6, 8, 12, 14) for nv in (1, 2, 3, 4)
@@ -362,11 +383,13 @@ def _amx_tiles(rows: list[int], vectors: int, steps: list[int]) -> list[Tile]:
 
 
 def pack_matmul_weight(w: Any) -> Any:
-    """A float32 (K, N) weight as the micro-kernel reads it: bfloat16 pairs of K, (K/2, N, 2)."""
+    """A (K, N) weight (or a stack of them, (..., K, N)) as ``matmul`` reads it: panels of 16
+    columns, each its bfloat16 pairs of K, (N/16, K/2, 16, 2)."""
     import ml_dtypes
 
-    k, n = w.shape
-    return w.astype(ml_dtypes.bfloat16).reshape(k // 2, 2, n).transpose(0, 2, 1).copy()
+    *lead, k, n = w.shape
+    pairs = w.astype(ml_dtypes.bfloat16).reshape(*lead, k // 2, 2, n // 16, 16)
+    return pairs.transpose(*range(len(lead)), len(lead) + 2, len(lead), len(lead) + 3, len(lead) + 1).copy()
 
 
 def fits(m: int, k: int, n: int) -> bool:
@@ -375,12 +398,12 @@ def fits(m: int, k: int, n: int) -> bool:
 
 
 def _tensorize(sch: tvm.s_tir.Schedule, inner: Any, outer: Any, tile: Tile, init: Any, taps: int = 1,
-               width: int = 0) -> None:
+               width: int = 0, panels: bool = False) -> None:
     """The loop ``inner`` (an mr x 16 nv x kt-pair tile, or ``taps`` of them, ``width`` pixels
-    apart where they run flat) becomes the micro-kernel, and ``outer`` carries its LLVM IR. The
-    block ``init`` zeroes the tile's sums: on AMX from zeroed tiles (``x86_amx.zero_ir``), else
-    in vectors."""
-    intrin, ir = intrinsic(*tile, taps, width if taps > 1 else 0)
+    apart where they run flat; B in panels where ``panels``) becomes the micro-kernel, and
+    ``outer`` carries its LLVM IR. The block ``init`` zeroes the tile's sums: on AMX from zeroed
+    tiles (``x86_amx.zero_ir``), else in vectors."""
+    intrin, ir = intrinsic(*tile, taps, width if taps > 1 else 0, panels)
     sch.tensorize(inner, intrin)
     if tile.amx:
         zero, zero_ir = _zero_intrinsic(tile.mr, tile.nv)
