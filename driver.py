@@ -6,10 +6,12 @@ A user mistake is reported as one line on stderr with exit code 2, never a trace
 
 from __future__ import annotations
 
+import _thread
 import argparse
 import os
 import signal
 import sys
+import threading
 
 METHODS = ("tune", "benchmark", "experiment")
 DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "config-example.json")
@@ -38,11 +40,28 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+def stop_on_ctrl_c() -> None:
+    """Make Ctrl-C stop the command (a tune's trials logged, its workers ended): even where it was
+    started with SIGINT ignored or blocked, as a script's background job or a parent's thread may,
+    and where Python drops the ``KeyboardInterrupt`` (raised inside a weakref callback or a
+    ``__del__``, as one of the import system's locks runs, it is only printed as "Exception
+    ignored"): then it is raised again in the main thread once the callback has returned."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    previous = sys.unraisablehook
+
+    def raise_again(unraisable) -> None:
+        if unraisable.exc_type is not None and issubclass(unraisable.exc_type, KeyboardInterrupt):
+            threading.Timer(0.01, _thread.interrupt_main).start()  # not now: it would land in this hook
+        else:
+            previous(unraisable)
+
+    sys.unraisablehook = raise_again
+
+
 def main(argv: list[str] | None = None) -> int:
-    if argv is None:  # the command: Ctrl-C stops a tune (its trials logged, the workers ended) even where
-        # it was started with SIGINT ignored or blocked, as a script's background job or a parent's thread may
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    if argv is None:  # the command, not a caller's process
+        stop_on_ctrl_c()
     args = parse_args(sys.argv[1:] if argv is None else argv)
     from autotvm.checks import AutoTVMError
     from tools.config import load_config  # imports TVM: after the arguments are known to be sane

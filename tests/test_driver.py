@@ -329,6 +329,38 @@ def test_ctrl_c_while_the_workers_start_is_one_line(tmp_path):
     assert waited < 0.5 * (time.perf_counter() - start), waited
 
 
+def test_a_ctrl_c_that_python_drops_is_raised_again():
+    """Python only prints a KeyboardInterrupt raised inside a weakref callback (an import's lock runs
+    one, so a Ctrl-C while the tune imports may land there) and goes on: the command raises it again
+    once the callback has returned, so the tune stops."""
+    code = """if True:
+        import os, signal, time, weakref
+        import driver
+        driver.stop_on_ctrl_c()
+
+        class Thing:
+            pass
+
+        def callback(ref):  # the signal arrives here, and its handler raises here
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(10 ** 5):
+                pass
+
+        thing = Thing()
+        ref = weakref.ref(thing, callback)
+        try:
+            del thing
+            for _ in range(300):
+                time.sleep(0.01)
+            print("went on")
+        except KeyboardInterrupt:
+            print("stopped")
+    """
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=project_env(),
+                            timeout=60)
+    assert result.stdout.strip() == "stopped" and not result.stderr, (result.stdout, result.stderr)
+
+
 def test_cuda_without_a_gpu_is_one_line_for_tune_benchmark_and_experiment(tmp_path):
     import tvm
 
