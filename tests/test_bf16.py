@@ -420,8 +420,9 @@ def test_a_downsampling_block_gives_the_residual_add_to_one_of_its_two_convoluti
 def test_an_inverted_residual_block_takes_its_relu6_into_the_expanding_convolution():
     """MobileNetV2's block after a convolution x, x + bn(conv1x1(relu6(bn(dwconv3x3(relu6(bn(
     conv1x1(x)))))))): the expanding convolution takes its bias and ReLU6 (a clip to [0, 6]) in,
-    the projecting one its bias and the residual; the depthwise one stays float32 with its ReLU6;
-    no kernel only clips."""
+    the projecting one its bias and the residual; no kernel only clips. The depthwise one stays
+    with MetaSchedule, its bias and ReLU6 in its kernel, and reads and writes bfloat16: the
+    expanding convolution writes its output so, the projecting one reads it so."""
     import torch
     from torch import nn
     from tvm import relax
@@ -450,6 +451,13 @@ def test_an_inverted_residual_block_takes_its_relu6_into_the_expanding_convoluti
     kinds = {t.args[:4]: x86_bf16.EPILOGUES[t.args[11]] for t in tasks if t.name == x86_bf16.CONV_TEMPLATE}
     assert kinds == {(16, 16, 32, 32): "bias", (16, 16, 32, 64): "bias_relu6", (16, 16, 64, 32): "bias_add"}
     assert not [t.name for t in tasks if "clip" in t.name and "conv2d" not in t.name]
+    io = {t.args[:4]: t.args[12] for t in tasks if t.name == x86_bf16.CONV_TEMPLATE}
+    conv_io = {name: 1 << i for i, name in enumerate(x86_bf16.CONV_IO)}
+    assert io == {(16, 16, 32, 32): conv_io["output"], (16, 16, 32, 64): conv_io["input"] | conv_io["output"],
+                  (16, 16, 64, 32): conv_io["input"] | conv_io["residual"]}
+    (depthwise,) = [t for t in tasks if "conv2d" in t.name and t.name != x86_bf16.CONV_TEMPLATE]
+    params = depthwise.mod["main"].params
+    assert [str(p.dtype) for p in (params[0], params[-1])] == ["bfloat16"] * 2
     exe = autotvm.build_program(mod, HOST, bound, precision="bfloat16", conv_layout="NHWC")
     got = relax.VirtualMachine(exe, tvm.cpu())["main"](tvm.runtime.tensor(x.numpy()))
     got = (got[0] if not hasattr(got, "numpy") else got).numpy()

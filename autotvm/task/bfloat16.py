@@ -10,7 +10,10 @@ kernel) and out. Each takes what follows it into its kernel (``x86_bf16.EPILOGUE
 ReLU6, or a residual added, then a ReLU or not; where nothing else reads the values in between.
 A matmul whose output only the next matmul reads (a feed-forward's first) writes it in bfloat16,
 and so does a convolution whose output only other convolutions' kernels read, as their input or
-their residual (``x86_bf16.Conv2D.io``): a ResNet's activations between its convolutions.
+their residual (``x86_bf16.Conv2D.io``): a ResNet's activations between its convolutions. A
+depthwise convolution (MobileNetV2's; MetaSchedule's schedules) reads such an input as it is,
+its weight in bfloat16, sums in float32, and writes its output in bfloat16 where only the
+convolutions' kernels read it.
 
 A matmul of two activations (attention's products: its query by its keys, its weights by its
 values) becomes a call of the batched template, each operand cast to bfloat16 in the kernel that
@@ -41,6 +44,18 @@ def _conv_layer(call: Any) -> x86_bf16.Conv2D | None:
     (_, h, w, c), (co, kh, kw, _) = conv.shape, conv.weight.value.shape
     layer = x86_bf16.Conv2D(h, w, c, int(co), int(kh), int(kw), conv.stride, *conv.padding)
     return layer if x86_bf16.conv2d_fits(layer) else None
+
+
+def _depthwise(call: Any) -> bool:
+    """Whether ``call`` is a depthwise NHWC convolution (a group a channel, batch 1, no dilation) of
+    a float32 input with a constant float32 weight, which stays with MetaSchedule's schedules."""
+    if not is_op(call, "nn.conv2d"):
+        return False
+    attrs, shape, weight = call.attrs, static_shape(call.args[0]), constant(call.args[1])
+    return (shape is not None and weight is not None and shape[0] == 1 and int(attrs.groups) == shape[-1]
+            == weight.shape[0] and weight.shape[-1] == 1 and [int(d) for d in attrs.dilation] == [1, 1]
+            and (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout)) == ("NHWC", "OHWI", "NHWC")
+            and str(attrs.out_dtype) in ("None", "", "float32", "void"))
 
 
 class _Batched(NamedTuple):
@@ -114,14 +129,36 @@ class _Kernels:
         residuals = [residual for layer, _, _, residual, _ in self.ends.values()
                      if isinstance(layer, x86_bf16.Conv2D) and residual is not None]
 
-        def read_by_a_kernel(var: Any, user: Any) -> bool:
+        # or as the input of a depthwise convolution (MobileNetV2's), which then reads it so
+        self.depthwise = [value for value in self.value.values() if _depthwise(value)]
+
+        def read_by_a_kernel(var: Any, user: Any, ops: list) -> bool:
             value = self.value.get(user)
-            return (any(op.same_as(value) for op in convs) and value.args[0].same_as(var)) or \
-                (self._claimed(value) and any(r.same_as(var) for r in residuals))
+            return any(op.same_as(value) for op in ops) and value.args[0].same_as(var)
+
+        def only_kernels_read(var: Any, ops: list, or_residual: bool = False) -> bool:
+            return bool(self.users.get(var)) and all(user is not None and (read_by_a_kernel(var, user, ops) or (
+                or_residual and self._claimed(self.value.get(user)) and any(r.same_as(var) for r in residuals)))
+                for user in self.users[var])
 
         self.narrow += [value for var, value in self.value.items()
-                        if isinstance(self.ends.get(value, (None,))[0], x86_bf16.Conv2D) and self.users.get(var)
-                        and all(user is not None and read_by_a_kernel(var, user) for user in self.users[var])]
+                        if isinstance(self.ends.get(value, (None,))[0], x86_bf16.Conv2D)
+                        and only_kernels_read(var, convs + self.depthwise, or_residual=True)]
+        # and a depthwise convolution's output (after its bias and ReLU6) that only convolutions'
+        # kernels read as their input is cast to bfloat16 in the depthwise kernel, which writes it so
+        self.cast_inputs = [var for var in self.value if self._after_depthwise(var) and only_kernels_read(var, convs)]
+
+    def _after_depthwise(self, var: Any) -> bool:
+        """Whether ``var`` is a depthwise convolution's output, or that of a bias (an ``add`` of a
+        constant), clip or ReLU after it, each the only reader of the value before it: what fusion
+        joins in the depthwise convolution's kernel."""
+        value = self.value.get(var)
+        while is_op(value, "add") or is_op(value, "clip") or is_op(value, "nn.relu"):
+            operands = [a for a in value.args if constant(a) is None] if is_op(value, "add") else value.args[:1]
+            if len(operands) != 1 or len(self.users.get(operands[0], [])) != 1:
+                return False
+            value = self.value.get(operands[0])
+        return any(op.same_as(value) for op in self.depthwise)
 
     def _only_user(self, var: Any) -> tuple[Any, Any]:
         users = self.users.get(var, [])
@@ -220,6 +257,8 @@ def to_bfloat16(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
 
         def visit_call_(self, call: Any) -> Any:
             end = next((v for k, v in self.kernels.ends.items() if k.same_as(call)), None)
+            if end is None and any(op.same_as(call) for op in self.kernels.depthwise):
+                return self.depthwise(call)
             if end is None:
                 # a call a kernel took in is left as it was, unused: its operands may now be bfloat16
                 return call if self.kernels.took(call) else super().visit_call_(call)
@@ -274,11 +313,27 @@ def to_bfloat16(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
             return self.call_template(x86_bf16.batch_matmul(b, m, k, n, epilogue), x86_bf16.BATCH_TEMPLATE,
                                       [b, m, k, n, epilogue], name, inputs, (b, m, n))
 
+        def depthwise(self, call: Any) -> Any:
+            """A depthwise convolution of an input a kernel wrote in bfloat16 reads it so, its weight
+            bfloat16 too, and sums in float32."""
+            import ml_dtypes
+
+            x = self.visit_expr(call.args[0])
+            if str(x.ty.dtype) != "bfloat16":
+                return super().visit_call_(call)
+            weight = relax.const(tvm.runtime.tensor(constant(call.args[1]).astype(ml_dtypes.bfloat16)))
+            attrs = call.attrs
+            return relax.op.nn.conv2d(x, weight, attrs.strides, attrs.padding, attrs.dilation, attrs.groups,
+                                      "NHWC", "OHWI", "NHWC", "float32")
+
         def conv2d(self, layer: x86_bf16.Conv2D, op: Any, epilogue_inputs: list, residual: Any,
                    epilogue: int, narrow: bool) -> Any:
-            """Its input and residual read as their kernels wrote them (``x86_bf16.Conv2D.io``), its
-            output written in bfloat16 where ``narrow``."""
+            """Its input and residual read as their kernels wrote them (``x86_bf16.Conv2D.io``), or
+            a depthwise convolution's output cast where it is computed; its output written in
+            bfloat16 where ``narrow``."""
             x = self.visit_expr(op.args[0])
+            if str(x.ty.dtype) == "float32" and any(v.same_as(op.args[0]) for v in self.kernels.cast_inputs):
+                x = self.builder_.emit(relax.op.astype(x, "bfloat16"))
             residual = None if residual is None else self.visit_expr(residual)
             bf16 = {"input": str(x.ty.dtype) == "bfloat16", "output": narrow,
                     "residual": residual is not None and str(residual.ty.dtype) == "bfloat16"}

@@ -63,8 +63,9 @@ def prepare_program(mod: tvm.IRModule, params: dict | None = None, conv_layout: 
     ``autotvm.task.x86_bf16`` (``autotvm.task.bfloat16``): its input is read as bfloat16, its
     weight converted and packed in pairs here, once, a convolution's bias, ReLU and residual go
     into its kernel, and its tile is a knob its task is tuned over; attention's matmuls of two
-    activations too, their operands cast where they are computed. Everything else (the softmax,
-    normalization, convolutions the micro-kernel does not tile) stays float32.
+    activations too, their operands cast where they are computed. A depthwise convolution between
+    two convolutions reads and writes bfloat16 and sums in float32. Everything else (the softmax,
+    normalization, other convolutions the micro-kernel does not tile) stays float32.
 
     ``precision="float16"`` runs the model in half precision (Relax's ``ToMixedPrecision``):
     matmuls and convolutions read float16 and accumulate in float32, as PyTorch's and cuBLAS's
