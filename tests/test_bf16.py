@@ -338,6 +338,25 @@ def test_an_amx_tile_starts_from_zeroed_tiles_not_a_call_of_memset(build):
     assert "llvm.x86.tilezero.internal" in code and not re.search(r"llvm\.memset.*i64 896,", code)
 
 
+@pytest.mark.parametrize("amx", [True, False])
+def test_a_tile_whose_k_is_one_call_starts_its_sums_at_zero_in_the_kernel(amx):
+    """Where one call of the kernel sums all of a tile's K (all its taps and channels), its sums
+    start at zero in the tiles or registers: C is neither zeroed before the call nor read by it.
+    Where K takes more calls, the first reads C's zeros. Scheduled, not run (the products are
+    checked above, with tiles of both kinds)."""
+    for kt, once in ((32, True), (16, False)):  # 32 pairs of K in one call or two
+        script = x86_bf16.schedule(x86_bf16.matmul(28, 64, 64), 7, 2, kt, amx=amx).mod.script()
+        assert ("_zeroed" in script, "tvm_amx_zero" in script) == (once, amx and not once), (kt, amx)
+    if amx:  # a 1x1 convolution, and 3x3 ones: all filter rows a call but a call a filter column, and folded
+        for dims, taps, once in (((14, 14, 32, 16, 1, 1, 1, 0, 0, 0, 0), 1, True),
+                                 ((14, 14, 64, 16, 3, 3, 1, 1, 1, 1, 1), 3, False),
+                                 ((28, 28, 3, 16, 3, 3, 2, 1, 1, 1, 1), 3, True)):
+            shape = x86_bf16.Conv2D(*dims)
+            tile = x86_bf16.Tile(14, 1, shape.pairs if shape.pairs < 16 else 16, True)
+            script = x86_bf16.conv2d_tiled(shape, tile, "rows", taps).mod.script()
+            assert ("_zeroed" in script, "tvm_amx_zero" in script) == (once, not once), dims
+
+
 @pytest.mark.skipif(not HAS_BF16, reason="this CPU has no AVX512-BF16")
 def test_a_bfloat16_network_tunes_its_convolutions_and_stays_accurate(tmp_path):
     """A small residual network in bfloat16: every convolution (the RGB stem folded) becomes the

@@ -56,13 +56,15 @@ def fits(mr: int, nv: int, kt: int) -> bool:
     return rows is not None and nv >= 1 and kt > 0 and rows[0] * nv + nv + 1 + shorter <= REGISTERS
 
 
-def kernel_ir(name: str, mr: int, nv: int, kt: int, taps: int = 1, panels: bool = False) -> str:
+def kernel_ir(name: str, mr: int, nv: int, kt: int, taps: int = 1, panels: bool = False,
+              zeroed: bool = False) -> str:
     """LLVM IR of ``name(c, c_offset, ldc, a, a_offset, lda, b, b_offset, ldb, kt)``, the same
     signature as ``x86_bf16``'s kernel: the sum tiles loaded from C, kt pairs of K added in steps
     of 16, stored back; with the declarations it needs. With ``panels`` each 16 columns of B are a
     panel (``ldb`` apart), its pairs of K 64 bytes apart. With ``taps`` > 1 the kernel adds the
     products of ``taps`` pairs of A and B, the next ``sa`` and ``sb`` elements on (two more
-    arguments): a convolution's filter rows, summed while the sums stay in the tiles."""
+    arguments): a convolution's filter rows, summed while the sums stay in the tiles. With
+    ``zeroed`` (a tile whose whole K is one call) the sums start from zeroed tiles, not from C."""
     mt, rows = split_rows(mr)
     steps = [(r, s, min(STEP, kt - s)) for r in range(taps) for s in range(0, kt, STEP)]
     lines = [f"define void @{name}(ptr %c0, i64 %co, i64 %ldc, ptr %a0, i64 %ao, i64 %lda, ptr %b0, i64 %bo, "
@@ -83,7 +85,8 @@ def kernel_ir(name: str, mr: int, nv: int, kt: int, taps: int = 1, panels: bool 
     for i in range(mt):
         for j in range(nv):
             lines += offset(f"cp{i}_{j}", "%c", "%ldc", i * rows, 16 * j, "float")
-            lines.append(f"  %acc{i}_{j}_0 = call x86_amx @llvm.x86.tileloadd64.internal(i16 {rows}, i16 64, "
+            lines.append(f"  %acc{i}_{j}_0 = call x86_amx @llvm.x86.tilezero.internal(i16 {rows}, i16 64)" if zeroed
+                         else f"  %acc{i}_{j}_0 = call x86_amx @llvm.x86.tileloadd64.internal(i16 {rows}, i16 64, "
                          f"ptr %cp{i}_{j}, i64 %cs)")
     for s, (r, first, pairs) in enumerate(steps):
         for j in range(nv):

@@ -56,11 +56,12 @@ def cpu_has_amx_bf16(target: Any) -> bool:
     return "amx-bf16" in (cpu_features(target) or ())
 
 
-def _kernel_ir(name: str, mr: int, nv: int, panels: bool = False) -> str:
+def _kernel_ir(name: str, mr: int, nv: int, panels: bool = False, zeroed: bool = False) -> str:
     """LLVM IR of ``name(c, c_offset, ldc, a, a_offset, lda, b, b_offset, ldb, kt)``: C[mr, 16 nv]
     (float32, row stride ldc) += A[mr, 2 kt] (bfloat16, row stride lda) x B[kt, 16 nv, 2]
     (bfloat16 pairs, stride ldb per pair of K; with ``panels``, B[nv, kt, 16, 2], stride ldb per
-    panel of 16 columns), accumulators in registers across the K loop."""
+    panel of 16 columns), accumulators in registers across the K loop; with ``zeroed`` they start
+    at zero, not from C (a tile whose whole K is one call)."""
     lines = [f"define void @{name}(ptr %c0, i64 %co, i64 %ldc, ptr %a0, i64 %ao, i64 %lda, ptr %b0, i64 %bo, "
              "i64 %ldb, i64 %kt) #0 {", "entry:",
              "  %c = getelementptr float, ptr %c0, i64 %co",
@@ -71,11 +72,11 @@ def _kernel_ir(name: str, mr: int, nv: int, panels: bool = False) -> str:
                   f"  %ap{r} = getelementptr i16, ptr %a, i64 %arow{r}"]
         for j in range(nv):
             lines += [f"  %coff{r}_{j} = add i64 %crow{r}, {16 * j}",
-                      f"  %cp{r}_{j} = getelementptr float, ptr %c, i64 %coff{r}_{j}",
-                      f"  %init{r}_{j} = load <16 x float>, ptr %cp{r}_{j}, align 4"]
+                      f"  %cp{r}_{j} = getelementptr float, ptr %c, i64 %coff{r}_{j}"]
+            lines += [] if zeroed else [f"  %init{r}_{j} = load <16 x float>, ptr %cp{r}_{j}, align 4"]
     lines += ["  br label %loop", "loop:", "  %k = phi i64 [0, %entry], [%k1, %loop]"]
-    lines += [f"  %acc{r}_{j} = phi <16 x float> [%init{r}_{j}, %entry], [%new{r}_{j}, %loop]"
-              for r in range(mr) for j in range(nv)]
+    lines += [f"  %acc{r}_{j} = phi <16 x float> [{'zeroinitializer' if zeroed else f'%init{r}_{j}'}, %entry], "
+              f"[%new{r}_{j}, %loop]" for r in range(mr) for j in range(nv)]
     lines.append("  %kb = shl i64 %k, 5" if panels else "  %kb = mul i64 %k, %ldb")
     for j in range(nv):
         lines += [f"  %bj{j} = mul i64 %ldb, {j}" if panels else f"  %bj{j} = add i64 0, {32 * j}",
@@ -128,23 +129,25 @@ class Tile(NamedTuple):
 
 @functools.lru_cache(maxsize=None)  # once per shape and process: TVMScript parses slowly, and a tune instantiates often
 def intrinsic(mr: int, nv: int, kt: int, amx: bool = False, taps: int = 1, width: int = 0,
-              panels: bool = False) -> tuple[str, str]:
+              panels: bool = False, zeroed: bool = False) -> tuple[str, str]:
     """Register the micro-kernel C[mr, 16 nv] += A[mr, 2 kt] B[kt, 16 nv, 2] (on AMX's tiles if
     ``amx``) as a tensor intrinsic; returns (its name, the LLVM IR its kernels must carry). With
     ``panels`` B is read as a matmul's, ``nv`` panels of 16 columns (``pack_matmul_weight``). With
     ``taps`` > 1 (AMX's only, ``_taps_intrinsic``) it sums a convolution's filter rows, ``width``
-    pixels apart where its pixels run flat (``Conv2D.flat``)."""
+    pixels apart where its pixels run flat (``Conv2D.flat``). With ``zeroed`` its sums start at
+    zero, not from C: for a tile whose whole K is this one call, C's zeros never written
+    (``_zero_intrinsic``'s ``skip``)."""
     if amx and not x86_amx.fits(mr, nv, kt):
         raise AutoTVMError(f"AMX bf16 micro-kernel {mr}x{nv}x{kt}: more tiles than AMX's 8 registers, or rows not "
                            "in equal tiles of at most 16")
     if taps > 1:
         if not amx:
             raise AutoTVMError("only AMX's micro-kernel sums a convolution's filter rows in one call (taps > 1)")
-        return _taps_intrinsic(mr, nv, kt, taps, width)
+        return _taps_intrinsic(mr, nv, kt, taps, width, zeroed)
     if not amx and not _fits_registers(mr, nv):
         raise AutoTVMError(f"bf16 micro-kernel {mr}x{nv}: more accumulators than AVX-512 has registers")
     name, n = (f"tvm_amx_bf16_gemm_{mr}x{nv}x{kt}" if amx else f"tvm_bf16_gemm_{mr}x{nv}"), 16 * nv
-    name += "_panels" * panels
+    name += "_panels" * panels + "_zeroed" * zeroed
     # B's region and where pair vk of column vj is in it: (kt, 16 nv, 2), or panels (nv, kt, 16, 2)
     b_shape, b_strides = ((nv, kt, 16, 2), [T.int32(), 32, 2, 1]) if panels else ((kt, n, 2), [T.int32(), 2, 1])
     b_all = tuple(slice(0, d) for d in b_shape)
@@ -179,19 +182,19 @@ def intrinsic(mr: int, nv: int, kt: int, amx: bool = False, taps: int = 1, width
                                      B.data, T.Cast("int64", B.elem_offset), T.Cast("int64", B.strides[0]),
                                      T.int64(kt)))
 
-    intrin = f"{'amx' if amx else 'avx512'}bf16_gemm_{mr}x{nv}x{kt}" + "_panels" * panels
+    intrin = f"{'amx' if amx else 'avx512'}bf16_gemm_{mr}x{nv}x{kt}" + "_panels" * panels + "_zeroed" * zeroed
     tvm.s_tir.TensorIntrin.register(intrin, desc, impl, override=True)
-    return intrin, (x86_amx.kernel_ir(name, mr, nv, kt, panels=panels) if amx
-                    else _kernel_ir(name, mr, nv, panels) + "\n" + _DECLARATIONS)
+    return intrin, (x86_amx.kernel_ir(name, mr, nv, kt, panels=panels, zeroed=zeroed) if amx
+                    else _kernel_ir(name, mr, nv, panels, zeroed) + "\n" + _DECLARATIONS)
 
 
-def _taps_intrinsic(mr: int, nv: int, kt: int, taps: int, width: int = 0) -> tuple[str, str]:
+def _taps_intrinsic(mr: int, nv: int, kt: int, taps: int, width: int = 0, zeroed: bool = False) -> tuple[str, str]:
     """The AMX micro-kernel over ``taps`` filter rows of ``conv2d``: C[mr, 16 nv] += the sum over r
     of A[r, mr, 2 kt] B[r, kt, 16 nv, 2], A's rows of the padded input P (its unit axis the
     column phase) and B's of the weight W (its unit axis the filter column), so that the sums
     stay in the tiles across the filter's rows. Where the pixels run flat (``width``, the padded
     row's pixels), filter row r's A starts ``r * width`` pixels on in one flat matrix of P."""
-    name, n, any_, flat = f"tvm_amx_bf16_conv_{taps}x{mr}x{nv}x{kt}", 16 * nv, T.int32, width > 0
+    name, n, any_, flat = f"tvm_amx_bf16_conv_{taps}x{mr}x{nv}x{kt}" + "_zeroed" * zeroed, 16 * nv, T.int32, width > 0
     # A's region: taps matrices of mr pixels (rows), or one flat run that holds all taps' pixels
     a_shape = (1, 1, (taps - 1) * width + mr, 2 * kt) if flat else (taps, 1, mr, 2 * kt)
 
@@ -226,9 +229,9 @@ def _taps_intrinsic(mr: int, nv: int, kt: int, taps: int, width: int = 0) -> tup
                                      T.int64(kt), T.Cast("int64", A.strides[2] * width if flat else A.strides[0]),
                                      T.Cast("int64", B.strides[0])))
 
-    intrin = f"amxbf16_conv_{taps}x{mr}x{nv}x{kt}" + (f"_flat{width}" if width else "")
+    intrin = f"amxbf16_conv_{taps}x{mr}x{nv}x{kt}" + (f"_flat{width}" if width else "") + "_zeroed" * zeroed
     tvm.s_tir.TensorIntrin.register(intrin, desc, impl, override=True)
-    return intrin, x86_amx.kernel_ir(name, mr, nv, kt, taps)
+    return intrin, x86_amx.kernel_ir(name, mr, nv, kt, taps, zeroed=zeroed)
 
 
 # what a kernel applies to its sums before it writes them: a bias per output channel, then a ReLU,
@@ -352,8 +355,9 @@ def schedule(func: Any, mr: int, nv: int, kt: int, amx: bool = False) -> tvm.s_t
     outer = sch.fuse(*batch, io, jo)
     sch.parallel(outer)
     _epilogue_at(sch, outer)
+    once = int(sch.get(ko).extent) == 1  # all of K in one call of the kernel
     init = sch.decompose_reduction(block, ko)
-    _tensorize(sch, ii, outer, Tile(mr, nv, kt, amx), init, panels=True)
+    _tensorize(sch, ii, outer, Tile(mr, nv, kt, amx), init, panels=True, once=once)
     return sch
 
 
@@ -398,26 +402,29 @@ def fits(m: int, k: int, n: int) -> bool:
 
 
 def _tensorize(sch: tvm.s_tir.Schedule, inner: Any, outer: Any, tile: Tile, init: Any, taps: int = 1,
-               width: int = 0, panels: bool = False) -> None:
+               width: int = 0, panels: bool = False, once: bool = False) -> None:
     """The loop ``inner`` (an mr x 16 nv x kt-pair tile, or ``taps`` of them, ``width`` pixels
     apart where they run flat; B in panels where ``panels``) becomes the micro-kernel, and
     ``outer`` carries its LLVM IR. The block ``init`` zeroes the tile's sums: on AMX from zeroed
-    tiles (``x86_amx.zero_ir``), else in vectors."""
-    intrin, ir = intrinsic(*tile, taps, width if taps > 1 else 0, panels)
+    tiles (``x86_amx.zero_ir``), else in vectors; where the kernel is called ``once`` a tile (all
+    of K in one call), its sums start at zero in the tiles or registers, and C is neither zeroed
+    nor read."""
+    intrin, ir = intrinsic(*tile, taps, width if taps > 1 else 0, panels, once)
     sch.tensorize(inner, intrin)
-    if tile.amx:
-        zero, zero_ir = _zero_intrinsic(tile.mr, tile.nv)
+    if tile.amx or once:
+        zero, zero_ir = _zero_intrinsic(tile.mr, tile.nv, skip=once)
         sch.tensorize(sch.get_loops(init)[-2], zero)
-        ir += "\n" + zero_ir
+        ir += "\n" + zero_ir if zero_ir else ""
     else:
         sch.vectorize(sch.get_loops(init)[-1])
     sch.annotate(outer, PRAGMA, ir)
 
 
 @functools.lru_cache(maxsize=None)
-def _zero_intrinsic(mr: int, nv: int) -> tuple[str, str]:
+def _zero_intrinsic(mr: int, nv: int, skip: bool = False) -> tuple[str, str]:
     """Register C[mr, 16 nv] = 0 on AMX's tiles as a tensor intrinsic; returns (its name, its
-    LLVM IR, which follows a kernel's)."""
+    LLVM IR, which follows a kernel's). With ``skip`` it does nothing: the kernel that follows,
+    the tile's only call, starts its sums at zero itself (``intrinsic``'s ``zeroed``)."""
     name, n = f"tvm_amx_zero_{mr}x{nv}", 16 * nv
 
     @T.prim_func(s_tir=True)
@@ -440,9 +447,17 @@ def _zero_intrinsic(mr: int, nv: int) -> tuple[str, str]:
             T.evaluate(T.call_extern("int32", name, C.data, T.Cast("int64", C.elem_offset),
                                      T.Cast("int64", C.strides[0])))
 
-    intrin = f"amx_zero_{mr}x{nv}"
-    tvm.s_tir.TensorIntrin.register(intrin, desc, impl, override=True)
-    return intrin, x86_amx.zero_ir(name, mr, nv)
+    @T.prim_func(s_tir=True)
+    def nothing(c: T.handle) -> None:
+        C = T.match_buffer(c, (mr, n), "float32", offset_factor=1, strides=[T.int32(), 1])
+        with T.sblock("root"):
+            T.reads()
+            T.writes(C[0:mr, 0:n])
+            T.evaluate(0)
+
+    intrin = f"bf16_no_zero_{mr}x{nv}" if skip else f"amx_zero_{mr}x{nv}"
+    tvm.s_tir.TensorIntrin.register(intrin, desc, nothing if skip else impl, override=True)
+    return intrin, "" if skip else x86_amx.zero_ir(name, mr, nv)
 
 
 TEMPLATE = "x86/matmul_bf16"
@@ -667,8 +682,10 @@ def conv2d_schedule(func: Any, mr: int, nv: int, kt: int, amx: bool = False,
     outer = sch.fuse(*[loops[name] for name in parallel]) if len(parallel) > 1 else loops[parallel[0]]
     sch.parallel(outer)
     _epilogue_at(sch, None if width else outer)
+    # all of a tile's K in one call of the kernel: every tap (or its filter rows in the call) and channel
+    once = all(int(sch.get(loops[name]).extent) == 1 for name in ("r", "t", "cco") if not (taps > 1 and name == "r"))
     init = sch.decompose_reduction(block, loops[serial[0]])
-    _tensorize(sch, loops["r"] if taps > 1 else ji, outer, Tile(mr, nv, kt, amx), init, taps, width)
+    _tensorize(sch, loops["r"] if taps > 1 else ji, outer, Tile(mr, nv, kt, amx), init, taps, width, once=once)
     return sch
 
 
