@@ -414,7 +414,8 @@ def _tensorize(sch: tvm.s_tir.Schedule, inner: Any, outer: Any, tile: Tile, init
     if tile.amx or once:
         zero, zero_ir = _zero_intrinsic(tile.mr, tile.nv, skip=once)
         sch.tensorize(sch.get_loops(init)[-2], zero)
-        ir += "\n" + zero_ir if zero_ir else ""
+        if zero_ir:
+            ir += "\n" + zero_ir
     else:
         sch.vectorize(sch.get_loops(init)[-1])
     sch.annotate(outer, PRAGMA, ir)
