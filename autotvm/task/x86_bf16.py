@@ -445,19 +445,14 @@ def _zero_intrinsic(mr: int, nv: int, skip: bool = False) -> tuple[str, str]:
         with T.sblock("root"):
             T.reads()
             T.writes(C[0:mr, 0:n])
-            T.evaluate(T.call_extern("int32", name, C.data, T.Cast("int64", C.elem_offset),
-                                     T.Cast("int64", C.strides[0])))
-
-    @T.prim_func(s_tir=True)
-    def nothing(c: T.handle) -> None:
-        C = T.match_buffer(c, (mr, n), "float32", offset_factor=1, strides=[T.int32(), 1])
-        with T.sblock("root"):
-            T.reads()
-            T.writes(C[0:mr, 0:n])
-            T.evaluate(0)
+            if skip:  # a Python bool: TVMScript keeps the branch taken
+                T.evaluate(0)
+            else:
+                T.evaluate(T.call_extern("int32", name, C.data, T.Cast("int64", C.elem_offset),
+                                         T.Cast("int64", C.strides[0])))
 
     intrin = f"bf16_no_zero_{mr}x{nv}" if skip else f"amx_zero_{mr}x{nv}"
-    tvm.s_tir.TensorIntrin.register(intrin, desc, nothing if skip else impl, override=True)
+    tvm.s_tir.TensorIntrin.register(intrin, desc, impl, override=True)
     return intrin, "" if skip else x86_amx.zero_ir(name, mr, nv)
 
 
