@@ -8,11 +8,17 @@ import pytest
 import tvm
 
 import autotvm
+from autotvm.lowering import tir_pipeline
 from autotvm.task import x86_bf16
 
 HOST = autotvm.make_target("llvm")
 HAS_BF16 = x86_bf16.cpu_has_bf16(HOST)
 HAS_AMX = x86_bf16.cpu_has_amx_bf16(HOST)
+
+
+def _build(mod):
+    """A kernel's module built for this CPU as the tune and the model's build do."""
+    return tvm.compile(mod, target=HOST, tir_pipeline=tir_pipeline(HOST))
 
 
 def test_which_cpus_have_avx512_bf16():
@@ -76,7 +82,7 @@ def test_the_micro_kernel_computes_the_bfloat16_product_in_float32(tile):
     b = rng.standard_normal((k, n)).astype(ml_dtypes.bfloat16)
     packed = x86_bf16.pack_matmul_weight(b)  # panels of 16 columns, pairs of K side by side
     mod = x86_bf16.schedule(x86_bf16.matmul(m, k, n), *tile).mod
-    lib = tvm.compile(mod, target=HOST)
+    lib = _build(mod)
     assert "vdpbf16ps" in lib.mod.inspect_source("asm")
     c = tvm.runtime.tensor(np.zeros((m, n), np.float32))
     lib["main"](tvm.runtime.tensor(a), tvm.runtime.tensor(packed), c)
@@ -96,7 +102,7 @@ def test_the_batched_kernel_computes_each_product_and_adds_its_mask(tile, epilog
     packed = x86_bf16.pack_matmul_weight(w)  # each right operand as a weight's
     mask = rng.standard_normal((1 if epilogue == "add_broadcast" else b, m, n)).astype(np.float32)
     index = x86_bf16.BATCH_EPILOGUES.index(epilogue)
-    lib = tvm.compile(x86_bf16.schedule(x86_bf16.batch_matmul(b, m, k, n, index), *tile).mod, target=HOST)
+    lib = _build(x86_bf16.schedule(x86_bf16.batch_matmul(b, m, k, n, index), *tile).mod)
     assert "vdpbf16ps" in lib.mod.inspect_source("asm")
     c = tvm.runtime.tensor(np.zeros((b, m, n), np.float32))
     lib["main"](*[tvm.runtime.tensor(x) for x in [a, packed] + [mask] * (epilogue != "none")], c)
@@ -131,7 +137,7 @@ def amx_products(cases: list) -> list[float]:
         rng = np.random.default_rng(0)
         a = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
         b = rng.standard_normal((k, n)).astype(ml_dtypes.bfloat16)
-        lib = tvm.compile(x86_bf16.schedule(x86_bf16.matmul(m, k, n), *tile, amx=True).mod, target=HOST)
+        lib = _build(x86_bf16.schedule(x86_bf16.matmul(m, k, n), *tile, amx=True).mod)
         assert "tdpbf16ps" in lib.mod.inspect_source("asm")
         c = tvm.runtime.tensor(np.zeros((m, n), np.float32))
         lib["main"](tvm.runtime.tensor(a), tvm.runtime.tensor(x86_bf16.pack_matmul_weight(b.astype(np.float32))), c)
@@ -253,7 +259,7 @@ def test_the_convolution_kernel_computes_the_bfloat16_convolution_in_float32(sha
     assert ("Y_pixels" in mod.script()) == shape.flat(tile.mr) == (amx and shape.stride == 1 and not shape.folded
                                                                    and shape.out[1] % 16 != 0)
     assert (f"tvm_amx_bf16_conv_{shape.kh}x" in mod.script()) == (all_rows and shape.kh > 1)
-    lib = tvm.compile(mod, target=HOST)
+    lib = _build(mod)
     y = tvm.runtime.tensor(np.zeros((1, *shape.out, shape.co), np.float32))
     lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(x86_bf16.pack_conv2d_weight(w, shape)), y)
     padded = torch.nn.functional.pad(torch.tensor(x).permute(0, 3, 1, 2),
@@ -281,7 +287,7 @@ def test_a_flat_amx_tile_writes_the_sums_of_a_tile_of_rows(taps):
     for tile in ("amx-7x1x32", "amx-16x1x32", "amx-32x1x32"):
         mod = x86_bf16.conv2d_tiled(shape, x86_bf16.Tile.parse(tile), "rows", taps).mod
         y = tvm.runtime.tensor(np.zeros((1, 7, 7, 40), np.float32))
-        tvm.compile(mod, target=HOST)["main"](*map(tvm.runtime.tensor, args), y)
+        _build(mod)["main"](*map(tvm.runtime.tensor, args), y)
         outputs.append(y.numpy())
     assert outputs[0].min() == 0 and outputs[0].max() > 0
     np.testing.assert_array_equal(outputs[1], outputs[0])
@@ -315,7 +321,7 @@ def test_a_convolution_reads_and_writes_bfloat16_activations_where_its_io_has_th
         layer = shape._replace(io=io)
         assert {layer.dtype(name) for name in x86_bf16.CONV_IO} == {np.dtype(dtype).name}
         y = tvm.runtime.tensor(np.zeros(out, dtype))
-        lib = tvm.compile(x86_bf16.conv2d_tiled(layer, tile, "rows", shape.kh if tile.amx else 1).mod, target=HOST)
+        lib = _build(x86_bf16.conv2d_tiled(layer, tile, "rows", shape.kh if tile.amx else 1).mod)
         lib["main"](*(tvm.runtime.tensor(a) for a in (x.astype(dtype), w, bias, residual.astype(dtype))), y)
         outputs.append(y.numpy())
     assert outputs[1].dtype == ml_dtypes.bfloat16 and outputs[0].max() > 0
@@ -336,6 +342,21 @@ def test_an_amx_tile_starts_from_zeroed_tiles_not_a_call_of_memset(build):
         sch = x86_bf16.conv2d_tiled(shape, x86_bf16.Tile.parse("amx-14x1x32"), "rows", 3)
     code = tvm.compile(sch.mod, target=target).mod.inspect_source("ll")
     assert "llvm.x86.tilezero.internal" in code and not re.search(r"llvm\.memset.*i64 896,", code)
+
+
+def test_a_tiles_sums_stay_on_the_stack_in_the_kernels_and_only_there():
+    """A tile's sums of 1 KB or more (14 x 48 float32 here: 2.6 KB) are allocated on the stack,
+    not taken from the runtime's workspace pool on every tile (``autotvm.lowering``); a function
+    without the micro-kernels keeps TVM's rule. Compiled, not run: any x86 CPU."""
+    target = autotvm.make_target({"kind": "llvm", "mcpu": "sapphirerapids"})
+    shape = x86_bf16.Conv2D(2, 14, 16, 48, 1, 1, 1, 0, 0, 0, 0, x86_bf16.EPILOGUES.index("bias_relu6"), 5)
+    kernels = x86_bf16.conv2d_tiled(shape, x86_bf16.Tile.parse("amx-14x3x8"), "rows").mod
+    sch = tvm.s_tir.Schedule(x86_bf16.conv2d(shape))  # the same function on plain loops: its sums one 5 KB buffer
+    sch.parallel(sch.get_loops(sch.get_sblock("Y"))[1])
+    for mod, pipeline, workspace in ((kernels, "default", True), (kernels, tir_pipeline(target), False),
+                                     (sch.mod, tir_pipeline(target), True)):
+        code = tvm.compile(mod, target=target, tir_pipeline=pipeline).mod.inspect_source("ll")
+        assert ("@__TVMBackendAllocWorkspace, " in code) == workspace, (pipeline, workspace)
 
 
 @pytest.mark.parametrize("amx", [True, False])

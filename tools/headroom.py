@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from autotvm.lowering import tir_pipeline
 from autotvm.measure.workers import random_inputs
 
 from .models import Model
@@ -56,7 +57,7 @@ def _tvm_float32(op: str, index: int, target: Any) -> Runtime:
 
     task = workload_task(op, target)
     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(task.instantiate(task.config_space.get(index)))
-    lib = tvm.compile(mod, target=task.target)
+    lib = tvm.compile(mod, target=task.target, tir_pipeline=tir_pipeline(task.target))
     args = [tvm.runtime.tensor(x) for x in random_inputs([([int(d) for d in p.shape], str(p.dtype))
                                                           for p in mod["main"].params])]
     main = lib["main"]
@@ -77,7 +78,7 @@ def _tvm_bfloat16(a: np.ndarray, b: np.ndarray, target: Any) -> tuple[Runtime, s
     args = [tvm.runtime.tensor(a16), tvm.runtime.tensor(packed), tvm.runtime.tensor(np.zeros((m, n), np.float32))]
     func, best = x86_bf16.matmul(m, k, n), None
     for tile in x86_bf16.tiles(m, k, n, amx=x86_bf16.uses_amx(target)) or x86_bf16.tiles(m, k, n):
-        lib = tvm.compile(x86_bf16.schedule(func, *tile).mod, target=target)
+        lib = tvm.compile(x86_bf16.schedule(func, *tile).mod, target=target, tir_pipeline=tir_pipeline(target))
         seconds = min(lib.mod.time_evaluator("main", tvm.cpu(), **_QUICK)(*args).results)
         if best is None or seconds < best[0]:
             best = (seconds, tile, lib)

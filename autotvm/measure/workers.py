@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..env import find_nvcc, use_cuda_compiler
+from ..lowering import tir_pipeline
 
 _REFERENCE_OUTPUTS: dict[str, list] = {}
 # the timed arguments of the last tasks, on the device: the next config of the same task is timed
@@ -91,7 +92,7 @@ def _compile(mod: Any, target: Any, out_dir: str, suffix: str, gpu_here: bool) -
 
     if target.kind.name == "cuda" and gpu_here:
         _time_device_compiler()
-    lib = tvm.compile(mod, target=target)
+    lib = tvm.compile(mod, target=target, tir_pipeline=tir_pipeline(target))
     if target.kind.name == "cuda" and not gpu_here:
         check_cuda_kernels(lib, target)
     fd, path = tempfile.mkstemp(suffix=suffix + ".so", dir=out_dir)

@@ -15,6 +15,7 @@ import tvm
 
 from ..checks import AutoTVMError, check, choice
 from ..env import load_tensor_intrinsics, make_target, use_cuda_compiler
+from ..lowering import tir_pipeline
 from .float16_casts import casts_where_computed
 from .layout_pads import nhwc_pads
 from .matmul_fusion import combine_parallel_matmuls, epilogues_before_reshapes
@@ -462,4 +463,4 @@ def _compile_with_database(database: Any, fused: tvm.IRModule, target: tvm.targe
     # dozen kernels is otherwise bound by the host's launches
     config = {"relax.backend.use_cuda_graph": True} if gpu and cuda_graph else {}
     with target, database, tvm.transform.PassContext(opt_level=3, config=config):
-        return relax.build(fused, target=target, relax_pipeline=pipeline)
+        return relax.build(fused, target=target, relax_pipeline=pipeline, tir_pipeline=tir_pipeline(target))
