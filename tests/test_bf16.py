@@ -359,6 +359,43 @@ def test_a_tiles_sums_stay_on_the_stack_in_the_kernels_and_only_there():
         assert ("@__TVMBackendAllocWorkspace, " in code) == workspace, (pipeline, workspace)
 
 
+def _cast_to_bf16(n, lanes):
+    """A function casting n float32 to bfloat16, ``lanes`` a step (a vector, or one)."""
+    from tvm import te
+
+    a = te.placeholder((n,), "float32", name="A")
+    sch = tvm.s_tir.Schedule(te.create_prim_func([a, te.compute((n,), lambda i: a[i].astype("bfloat16"), name="B")]))
+    inner = sch.split(sch.get_loops(sch.get_sblock("B"))[0], [None, lanes])[1]
+    if lanes > 1:
+        sch.vectorize(inner)
+    return sch.mod
+
+
+def test_a_vector_cast_to_bfloat16_is_one_instruction_where_the_cpu_has_it():
+    """A float32 -> bfloat16 vector cast is ``vcvtneps2bf16`` on a CPU with AVX512-BF16 under
+    ``tir_pipeline`` (TVM's default writes integer rounding); without AVX512-BF16, and for a
+    scalar cast, TVM's form stays. Where this CPU has it, the bits are numpy's (ml_dtypes) round
+    to nearest even, subnormals flushed to zero."""
+    import ml_dtypes
+
+    bf16, avx2 = (autotvm.make_target({"kind": "llvm", "mcpu": cpu}) for cpu in ("sapphirerapids", "znver3"))
+    for lanes, target, pipeline, one in ((16, bf16, tir_pipeline(bf16), True), (48, bf16, tir_pipeline(bf16), True),
+                                         (16, bf16, "default", False), (1, bf16, tir_pipeline(bf16), False),
+                                         (16, avx2, tir_pipeline(avx2), False)):
+        code = tvm.compile(_cast_to_bf16(96, lanes), target=target, tir_pipeline=pipeline).mod.inspect_source("asm")
+        assert ("vcvtneps2bf16" in code) == one, (lanes, str(target), pipeline)
+    if not HAS_BF16:
+        return
+    x = np.random.RandomState(0).randn(4800).astype("float32") * 100
+    x[:9] = [np.nan, np.inf, -np.inf, 3.4e38, 1.00390625, 1.01171875, -0.0, 1e-40, -1e-40]  # ties round to even
+    for lanes in (16, 48):
+        out = tvm.runtime.tensor(np.zeros(x.shape, ml_dtypes.bfloat16))
+        _build(_cast_to_bf16(x.size, lanes))["main"](tvm.runtime.tensor(x), out)
+        bits, expected = out.numpy().view("uint16"), x.astype(ml_dtypes.bfloat16).view("uint16")
+        assert np.isnan(out.numpy()[0]) and np.array_equal(bits[1:7], expected[1:7]), bits[:9]
+        assert list(bits[7:9]) == [0, 0x8000] and np.array_equal(bits[9:], expected[9:])
+
+
 @pytest.mark.parametrize("amx", [True, False])
 def test_a_tile_whose_k_is_one_call_starts_its_sums_at_zero_in_the_kernel(amx):
     """Where one call of the kernel sums all of a tile's K (all its taps and channels), its sums
