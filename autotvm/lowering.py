@@ -23,7 +23,7 @@ import tvm_ffi
 
 from .env import cpu_features
 
-KERNEL_ATTR = "pragma_import_llvm"  # what a function whose loops carry the micro-kernels' LLVM IR holds
+KERNEL_ATTR = "pragma_import_llvm"  # the mark task.x86_bf16 sets on loops that carry the micro-kernels' LLVM IR
 STACK_BYTES = 16384  # the largest buffer kept on the stack: a tile's sums are at most 8 AMX tiles (8 KB)
 PIPELINE = "autotvm-cpu"
 

@@ -39,10 +39,9 @@ from tvm.script import tirx as T
 
 from ..checks import AutoTVMError
 from ..env import cpu_features
+from ..lowering import KERNEL_ATTR
 from . import x86_amx
 from .task import get_config, template
-
-PRAGMA = "pragma_import_llvm"
 
 
 def cpu_has_bf16(target: Any) -> bool:
@@ -418,7 +417,7 @@ def _tensorize(sch: tvm.s_tir.Schedule, inner: Any, outer: Any, tile: Tile, init
             ir += "\n" + zero_ir
     else:
         sch.vectorize(sch.get_loops(init)[-1])
-    sch.annotate(outer, PRAGMA, ir)
+    sch.annotate(outer, KERNEL_ATTR, ir)
 
 
 @functools.lru_cache(maxsize=None)
