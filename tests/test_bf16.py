@@ -9,7 +9,7 @@ import tvm
 
 import autotvm
 from autotvm.lowering import tir_pipeline
-from autotvm.task import x86_bf16
+from autotvm.task import x86_bf16, x86_softmax
 
 HOST = autotvm.make_target("llvm")
 HAS_BF16 = x86_bf16.cpu_has_bf16(HOST)
@@ -578,7 +578,7 @@ def test_attention_multiplies_its_activations_in_bfloat16_cast_where_they_are_co
     """A BERT layer with heads of 32 over 32 tokens: its two products of activations (the queries by
     the keys with the mask added, the weights by the values) are the batched template's tasks; each
     operand is cast (and the right one packed) in the kernel that computes it, the softmax's
-    included, so no kernel only casts them; the build's outputs stay within a cosine of 0.9999 of
+    included (on its own template), so no kernel only casts them; the build's outputs stay within a cosine of 0.9999 of
     PyTorch's float32 ones."""
     import torch
     import transformers
@@ -597,12 +597,8 @@ def test_attention_multiplies_its_activations_in_bfloat16_cast_where_they_are_co
     batched = sorted(t.args for t in tasks if t.name == x86_bf16.BATCH_TEMPLATE)
     add, none = (x86_bf16.BATCH_EPILOGUES.index(kind) for kind in ("add_broadcast", "none"))
     assert batched == [(4, 32, 32, 32, none), (4, 32, 32, 32, add)], [t.name for t in tasks]
-    softmax = [t.mod["main"] for t in tasks if "softmax" in t.name]
-    assert len(softmax) == 1 and str(softmax[0].params[-1].ty.dtype) == "bfloat16"
-    # the cast is in the step that writes the softmax: no step more than the float32 build's softmax
-    float32 = [f for g, f in autotvm.task.relax_integration.fused_program(mod, HOST, bound).functions_items()
-               if "softmax" in g.name_hint]
-    assert softmax[0].script().count("T.sblock(") == float32[0].script().count("T.sblock(")
+    # the softmax on its template, row by row, writing bfloat16 for the product that reads it
+    assert [t.args for t in tasks if "softmax" in t.name] == [(4 * 32, 32, x86_softmax.OUT_DTYPES.index("bfloat16"))]
     casts = {t.name: [int(d) for d in t.mod["main"].params[0].ty.shape] for t in tasks if t.name.startswith("cast")}
     # cast on their own, as before: only the weight matmuls' inputs that a norm computes
     assert list(casts.values()) == [[32, 128]], casts
@@ -610,6 +606,38 @@ def test_attention_multiplies_its_activations_in_bfloat16_cast_where_they_are_co
     out = relax.VirtualMachine(exe, tvm.cpu())["main"](tvm.runtime.tensor(model.inputs[0].numpy()))
     got = [o.numpy() for o in (out if not hasattr(out, "numpy") else [out])]
     assert cosine(got, model.torch_outputs()) > 0.9999
+
+
+@pytest.mark.parametrize("out", x86_softmax.OUT_DTYPES)
+def test_the_row_softmax_template_gives_the_safe_softmax_at_every_vector_width(out):
+    """Every ``lanes`` of the template: the softmax of each row within float32's (or bfloat16's)
+    rounding, zero on a row of -inf only, a row with some -inf right; 16 lanes fill AVX-512's
+    registers, and the rows are read as rows (no gather)."""
+    import ml_dtypes
+
+    rows, width = 24, 64
+    task = autotvm.task.create(x86_softmax.TEMPLATE, [rows, width, x86_softmax.OUT_DTYPES.index(out)], HOST)
+    assert [task.config_space.get(i)["lanes"].val for i in range(len(task.config_space))] == [16, 8, 32]
+    x = np.random.RandomState(0).randn(rows, width).astype("float32") * 4
+    x[3] = -np.inf
+    x[5, :40] = -np.inf
+    with np.errstate(invalid="ignore"):
+        expected = np.exp(x - x.max(-1, keepdims=True))
+        expected /= expected.sum(-1, keepdims=True)
+    expected[3] = 0
+    dtype = ml_dtypes.bfloat16 if out == "bfloat16" else np.float32
+    for i in range(len(task.config_space)):
+        lib = _build(task.instantiate(task.config_space.get(i)))
+        got = tvm.runtime.tensor(np.full(x.shape, 7, dtype))
+        lib["main"](tvm.runtime.tensor(x), got)
+        np.testing.assert_allclose(got.numpy().astype("float32"), expected, rtol=0,
+                                   atol=4e-3 if out == "bfloat16" else 1e-5)
+        assert not got.numpy()[3].any() and not got.numpy()[5, :40].any()
+    target = autotvm.make_target({"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 2})
+    with target:
+        asm = tvm.compile(task.instantiate(task.config_space.get(0)), target=target,
+                          tir_pipeline=tir_pipeline(target)).mod.inspect_source("asm")
+    assert "zmm" in asm and "vgather" not in asm
 
 
 def test_bfloat16_on_a_cpu_without_avx512_bf16_is_one_line():

@@ -29,7 +29,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from . import x86_bf16
+from . import x86_bf16, x86_softmax
 from .relax_calls import clip_bounds, constant, is_op, nhwc_conv2d, sblocks, shape_of, static_shape
 
 # False keeps the matmuls of two activations in float32 (to time a build without them)
@@ -196,6 +196,22 @@ class _Kernels:
         self.taken.append(add)
         self.ends[add] = (layer, op, None, other, kind)
 
+    def softmax_scores(self, expr: Any) -> Any:
+        """The scores of the attention softmax (``safe_softmax``'s function) whose output ``expr``
+        is, through reshapes and broadcasts to its own shape that alone read it; else None."""
+        expr = self.unreshaped(expr)
+        value = self.value.get(expr)
+        while is_op(value, "broadcast_to") and shape_of(value.args[0]) == shape_of(value) \
+                and self._only_user(value.args[0])[0] is not None:
+            expr = value.args[0]
+            value = self.value.get(expr)
+        if not (is_op(value, "call_tir") and value.args[0].name_hint.startswith("safe_softmax")
+                and len(value.args[1].fields) == 1 and self._only_user(expr)[0] is not None):
+            return None
+        scores = value.args[1].fields[0]
+        shape = shape_of(scores)
+        return scores if shape and x86_softmax.fits(shape[-1]) else None
+
     def _claimed(self, call: Any) -> bool:
         return any(k.same_as(call) for k in self.taken)
 
@@ -302,6 +318,9 @@ def to_bfloat16(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
             softmax), the right one packed there too (``x86_bf16.batch_matmul``'s panels)."""
             (b, m, k, n), kind = layer, x86_bf16.BATCH_EPILOGUES[epilogue]
             x, y = (relax.op.astype(self.visit_expr(self.kernels.unreshaped(arg)), "bfloat16") for arg in op.args)
+            scores = self.kernels.softmax_scores(op.args[0])
+            if scores is not None:
+                x = self.safe_softmax(scores)
             rows = self.builder_.emit(relax.op.reshape(x, (b, m, k)))
             packed = self.builder_.emit(relax.op.permute_dims(relax.op.reshape(y, (b, k // 2, 2, n // 16, 16)),
                                                               [0, 3, 1, 4, 2]))
@@ -312,6 +331,16 @@ def to_bfloat16(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
             name = f"batch_matmul_bf16_{b}x{m}x{k}x{n}_{kind}"
             return self.call_template(x86_bf16.batch_matmul(b, m, k, n, epilogue), x86_bf16.BATCH_TEMPLATE,
                                       [b, m, k, n, epilogue], name, inputs, (b, m, n))
+
+        def safe_softmax(self, scores: Any) -> Any:
+            """The attention softmax of ``scores`` on ``x86_softmax``'s template, row by row,
+            written in bfloat16."""
+            shape = shape_of(scores)
+            rows, width = int(np.prod(shape[:-1])), shape[-1]
+            flat = self.builder_.emit(relax.op.reshape(self.visit_expr(scores), (rows, width)))
+            return self.call_template(x86_softmax.safe_softmax_rows(rows, width, 1), x86_softmax.TEMPLATE,
+                                      [rows, width, 1], f"safe_softmax_bf16_{rows}x{width}", [flat],
+                                      (rows, width), "bfloat16")
 
         def depthwise(self, call: Any) -> Any:
             """A depthwise convolution of an input a kernel wrote in bfloat16 reads it so, its weight
