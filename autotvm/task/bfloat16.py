@@ -17,8 +17,9 @@ convolutions' kernels read it.
 
 A matmul of two activations (attention's products: its query by its keys, its weights by its
 values) becomes a call of the batched template, each operand cast to bfloat16 in the kernel that
-computes it (the heads' copies, the softmax) and the right one packed in pairs there too; an
-addend after it (a mask) joins it.
+computes it (the heads' copies) and the right one packed in pairs there too; an addend after it
+(a mask) joins it. The softmax that computes its weights becomes a call of ``x86_softmax``'s
+template (row by row, in float32), which writes them in bfloat16.
 """
 
 from __future__ import annotations
@@ -314,8 +315,9 @@ def to_bfloat16(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
 
         def batch_matmul(self, layer: _Batched, op: Any, addend: Any, epilogue: int) -> Any:
             """Both operands cast to bfloat16 where they are computed (the casts before their
-            reshapes, so that they join the kernels that compute them: the heads' copies, the
-            softmax), the right one packed there too (``x86_bf16.batch_matmul``'s panels)."""
+            reshapes, so that they join the kernels that compute them: the heads' copies), the
+            right one packed there too (``x86_bf16.batch_matmul``'s panels); a softmax's output
+            written so by its template."""
             (b, m, k, n), kind = layer, x86_bf16.BATCH_EPILOGUES[epilogue]
             x, y = (relax.op.astype(self.visit_expr(self.kernels.unreshaped(arg)), "bfloat16") for arg in op.args)
             scores = self.kernels.softmax_scores(op.args[0])

@@ -65,8 +65,10 @@ def prepare_program(mod: tvm.IRModule, params: dict | None = None, conv_layout: 
     weight converted and packed in pairs here, once, a convolution's bias, ReLU and residual go
     into its kernel, and its tile is a knob its task is tuned over; attention's matmuls of two
     activations too, their operands cast where they are computed. A depthwise convolution between
-    two convolutions reads and writes bfloat16 and sums in float32. Everything else (the softmax,
-    normalization, other convolutions the micro-kernel does not tile) stays float32.
+    two convolutions reads and writes bfloat16 and sums in float32. Attention's softmax computes
+    in float32, row by row, on its own template (``autotvm.task.x86_softmax``), and writes
+    bfloat16 for the product that reads it. Everything else (normalization, other convolutions
+    the micro-kernel does not tile) stays float32.
 
     ``precision="float16"`` runs the model in half precision (Relax's ``ToMixedPrecision``):
     matmuls and convolutions read float16 and accumulate in float32, as PyTorch's and cuBLAS's
