@@ -10,6 +10,7 @@ from tvm import relax
 
 import autotvm
 from autotvm.tuner import RandomTuner
+from autotvm.task import x86_softmax
 from conftest import one_runtime_thread
 
 
@@ -360,15 +361,18 @@ def test_a_bert_layer_is_fewer_larger_kernels_and_computes_the_same():
     """A Hugging Face BERT layer with bound weights: its query, key and value projections are one
     matmul of three times the columns, read through slices (no split that copies them); its
     residual adds, GELU and attention mask are in the kernels of the matmuls before them; its
-    softmax is one function; the functions that only reshape (views in the build) are not tasks.
-    Its outputs are PyTorch's."""
+    softmax is one function, on the CPU's row template; the functions that only reshape (views in
+    the build) are not tasks. Its outputs are PyTorch's."""
     model, mod, bound = tiny_bert()
     tasks = autotvm.task.extract_from_program(mod, "llvm", bound)
     fused = autotvm.task.relax_integration.fused_program(mod, "llvm", bound)
     reshapes = {g.name_hint for g, f in fused.functions_items()
                 if isinstance(f, tvm.tirx.PrimFunc) and relax.analysis.has_reshape_pattern(f)}
-    assert reshapes and not [t.name for t in tasks if relax.analysis.has_reshape_pattern(t.mod["main"])], reshapes
-    shapes = {t.name: [[int(d) for d in p.shape] for p in t.mod["main"].params] for t in tasks}
+    assert reshapes and not [t.name for t in tasks if relax.analysis.has_reshape_pattern(t.default_module()["main"])], \
+        reshapes
+    shapes = {t.name: [[int(d) for d in p.shape] for p in t.default_module()["main"].params] for t in tasks}
+    # the softmax (4 heads of 16 x 16) on the row template, in float32
+    assert [t.args for t in tasks if t.name == x86_softmax.TEMPLATE] == [(4 * 16, 16, 0)], list(shapes)
     assert [name for name, s in shapes.items() if s[:2] == [[16, 64], [64, 192]]], shapes
     assert [t.weight for t in tasks if shapes[t.name][:2] == [[16, 64], [64, 64]]] == [1], shapes  # output projection
     exe = autotvm.build_program(mod, "llvm", bound)

@@ -31,7 +31,7 @@ import tvm
 from tvm import relax
 
 from . import x86_bf16, x86_softmax
-from .relax_calls import clip_bounds, constant, is_op, nhwc_conv2d, sblocks, shape_of, static_shape
+from .relax_calls import call_template, clip_bounds, constant, is_op, nhwc_conv2d, sblocks, shape_of, static_shape
 
 # False keeps the matmuls of two activations in float32 (to time a build without them)
 BATCHED = True
@@ -206,12 +206,7 @@ class _Kernels:
                 and self._only_user(value.args[0])[0] is not None:
             expr = value.args[0]
             value = self.value.get(expr)
-        if not (is_op(value, "call_tir") and value.args[0].name_hint.startswith("safe_softmax")
-                and len(value.args[1].fields) == 1 and self._only_user(expr)[0] is not None):
-            return None
-        scores = value.args[1].fields[0]
-        shape = shape_of(scores)
-        return scores if shape and x86_softmax.fits(shape[-1]) else None
+        return x86_softmax.scores_of(value) if self._only_user(expr)[0] is not None else None
 
     def _claimed(self, call: Any) -> bool:
         return any(k.same_as(call) for k in self.taken)
@@ -291,12 +286,8 @@ def to_bfloat16(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
             shape = shape_of(call)  # the shape the chain ended in
             return out if shape_of(out) == shape else relax.op.reshape(out, shape)
 
-        def call_template(self, func: Any, template: str, args: list[int], name: str, inputs: list,
-                          out_shape: tuple, dtype: str = "float32") -> Any:
-            func = func.without_attr("global_symbol").with_attrs(
-                {"autotvm.template": template, "autotvm.args": args, "op_pattern": 8})
-            gvar = self.builder_.add_func(func, name)
-            return self.builder_.emit(relax.call_tir(gvar, inputs, relax.TensorType(out_shape, dtype)))
+        def call_template(self, *args: Any) -> Any:
+            return call_template(self.builder_, *args)
 
         def matmul(self, layer: tuple[int, int, int], op: Any, epilogue_inputs: list, residual: Any,
                    epilogue: int, out: int = 0) -> Any:
@@ -321,8 +312,9 @@ def to_bfloat16(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
             (b, m, k, n), kind = layer, x86_bf16.BATCH_EPILOGUES[epilogue]
             x, y = (relax.op.astype(self.visit_expr(self.kernels.unreshaped(arg)), "bfloat16") for arg in op.args)
             scores = self.kernels.softmax_scores(op.args[0])
-            if scores is not None:
-                x = self.safe_softmax(scores)
+            if scores is not None:  # the softmax on its template, row by row, written in bfloat16
+                x = x86_softmax.call_rows(self.builder_, self.visit_expr(scores), shape_of(scores)[-1],
+                                          x86_softmax.OUT_DTYPES.index("bfloat16"))
             rows = self.builder_.emit(relax.op.reshape(x, (b, m, k)))
             packed = self.builder_.emit(relax.op.permute_dims(relax.op.reshape(y, (b, k // 2, 2, n // 16, 16)),
                                                               [0, 3, 1, 4, 2]))
@@ -333,16 +325,6 @@ def to_bfloat16(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
             name = f"batch_matmul_bf16_{b}x{m}x{k}x{n}_{kind}"
             return self.call_template(x86_bf16.batch_matmul(b, m, k, n, epilogue), x86_bf16.BATCH_TEMPLATE,
                                       [b, m, k, n, epilogue], name, inputs, (b, m, n))
-
-        def safe_softmax(self, scores: Any) -> Any:
-            """The attention softmax of ``scores`` on ``x86_softmax``'s template, row by row,
-            written in bfloat16."""
-            shape = shape_of(scores)
-            rows, width = int(np.prod(shape[:-1])), shape[-1]
-            flat = self.builder_.emit(relax.op.reshape(self.visit_expr(scores), (rows, width)))
-            return self.call_template(x86_softmax.safe_softmax_rows(rows, width, 1), x86_softmax.TEMPLATE,
-                                      [rows, width, 1], f"safe_softmax_bf16_{rows}x{width}", [flat],
-                                      (rows, width), "bfloat16")
 
         def depthwise(self, call: Any) -> Any:
             """A depthwise convolution of an input a kernel wrote in bfloat16 reads it so, its weight

@@ -127,6 +127,17 @@ def rewrite_bindings(mod: tvm.IRModule, rewrite: Any) -> tvm.IRModule:
     return rewriter.builder_.get()
 
 
+def call_template(builder: Any, func: Any, template: str, args: list[int], name: str, inputs: list,
+                  out_shape: tuple, dtype: str = "float32") -> Any:
+    """A ``call_tir`` of ``func``, a template's function of ``args``, marked so that fusion leaves
+    it alone (``op_pattern`` opaque) and tasks find its template (``autotvm.template``,
+    ``autotvm.args``)."""
+    func = func.without_attr("global_symbol").with_attrs(
+        {"autotvm.template": template, "autotvm.args": args, "op_pattern": 8})
+    gvar = builder.add_func(func, name)
+    return builder.emit(relax.call_tir(gvar, inputs, relax.TensorType(out_shape, dtype)))
+
+
 def rewrite_planned(mod: tvm.IRModule, plan: Any, rewriter: Any) -> tvm.IRModule:
     """``mod`` with each Relax function in which ``plan(func)`` finds something to do (a non-empty
     dict) rewritten by ``rewriter(mod, plans)``, an expression mutator; the bindings nothing uses

@@ -25,7 +25,7 @@ from .relax_calls import clip_bounds, is_op, rewrite_bindings, sblocks
 from .safe_softmax import one_function_safe_softmax
 from .split_k import split_k_matmuls
 from .space import InstantiationError
-from . import x86_bf16
+from . import x86_bf16, x86_softmax
 from .bfloat16 import casts_in_their_producers, to_bfloat16
 from .task import Task, create
 from .trace_task import TraceTask
@@ -172,7 +172,7 @@ def _weights_are_constants(mod: tvm.IRModule) -> bool:
     return num_input is None or int(num_input) >= len(main.params)
 
 
-def fuse_program(mod: tvm.IRModule, target: Any) -> tvm.IRModule:
+def fuse_program(mod: tvm.IRModule, target: Any, precision: str = "float32") -> tvm.IRModule:
     """Legalize and fuse a prepared Relax module into calls of fused PrimFuncs, as
     MetaSchedule's ``compile_relax`` does (so task keys match at build time).
 
@@ -188,7 +188,9 @@ def fuse_program(mod: tvm.IRModule, target: Any) -> tvm.IRModule:
     On a GPU, a deep matmul or convolution with few outputs sums its K in parts
     (``autotvm.task.split_k``), and a matmul of two activations (attention's) reads them through
     their views in place (``autotvm.task.matmul_views``), and a layer norm computes its input
-    in its own kernel (``autotvm.task.norm_prologues``)."""
+    in its own kernel (``autotvm.task.norm_prologues``). On a CPU, in float32 or bfloat16 (the
+    ``precision`` the module was prepared in), attention's softmax computes row by row on its
+    template (``autotvm.task.x86_softmax``)."""
     from tvm import relax
     from tvm.relax import pipeline as relax_pipeline
 
@@ -200,6 +202,8 @@ def fuse_program(mod: tvm.IRModule, target: Any) -> tvm.IRModule:
     gpu = relax_pipeline.BackendDispatcher.is_gpu_target(target)
     if gpu:
         mod = matmuls_read_views(split_k_matmuls(mod))
+    elif target.kind.name == "llvm" and precision != "float16":
+        mod = x86_softmax.softmax_rows(mod)
     seq = tvm.transform.Sequential([
         *dispatch,
         _float16_erf_in_float32,
@@ -293,7 +297,8 @@ def extract_from_program(mod: tvm.IRModule, target: Any, params: dict | None = N
     target = make_target(target)
     load_tensor_intrinsics(target)
     check_precision(precision, target)
-    return _tasks_of(fuse_program(prepare_program(mod, params, conv_layout, conv_algorithm, precision), target),
+    return _tasks_of(fuse_program(prepare_program(mod, params, conv_layout, conv_algorithm, precision), target,
+                                  precision),
                      target)
 
 
@@ -365,7 +370,7 @@ def fused_program(mod: tvm.IRModule, target: Any, params: dict | None = None, co
     """The module as tuned and built: ``prepare_program`` then ``fuse_program``. MetaSchedule's own
     ``tune_relax`` on it tunes the same functions as ``extract_from_program``'s tasks."""
     target = make_target(target)
-    return fuse_program(prepare_program(mod, params, conv_layout, conv_algorithm, precision), target)
+    return fuse_program(prepare_program(mod, params, conv_layout, conv_algorithm, precision), target, precision)
 
 
 def build_program(mod: tvm.IRModule, target: Any, params: dict | None = None, conv_layout: str = "auto",

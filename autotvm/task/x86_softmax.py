@@ -1,4 +1,4 @@
-"""PyTorch's attention softmax (``safe_softmax``'s function) on x86 CPUs, row by row, as a template.
+"""PyTorch's attention softmax (``safe_softmax``'s function) on CPUs, row by row, as a template.
 
 MetaSchedule's CPU rules schedule the softmax's three row reductions (whether the row has a value
 other than ``-inf``, its maximum, the sum of its exponentials) as loops of their own over the
@@ -9,16 +9,23 @@ while the row is in cache: each reduction sums ``lanes`` columns at once in a ve
 ``lanes``. The knob ``lanes`` is how many columns a vector holds (16 float32 fill an AVX-512
 register). The output is written in float32 or bfloat16 (what a bfloat16 matmul reads), the
 cast in the same loop.
+
+On a CPU every such softmax of a static shape goes to the template (``softmax_rows``): those of a
+bfloat16 model that its batched matmuls read in bfloat16 (``autotvm.task.bfloat16``), the others
+in float32.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+import numpy as np
 import tvm
-from tvm import te
+from tvm import relax, te
 
 from ..checks import AutoTVMError
+from .relax_calls import call_template, is_op, rewrite_bindings, shape_of
 from .safe_softmax import _softmax_zero_on_masked_rows
 from .task import get_config, template
 
@@ -87,3 +94,46 @@ def safe_softmax_template(rows: int, width: int, out: int = 0) -> tuple[Any, lis
     cfg.define_knob("lanes", lanes_of(width))
     cfg.add_flop(5.0 * rows * width)
     return schedule(safe_softmax_rows(rows, width, out), cfg["lanes"].val), []
+
+
+def call_rows(builder: Any, scores: Any, width: int, out: int = 0) -> Any:
+    """A call of the template's function on ``scores`` (float32 of static shape, or a view of
+    them) as rows of ``width`` (``fits``): a (rows, width) tensor of ``OUT_DTYPES[out]``."""
+    rows = int(np.prod(shape_of(scores))) // width
+    flat = builder.emit(relax.op.reshape(scores, (rows, width)))
+    name = f"softmax_rows_{rows}x{width}" + ("_" + OUT_DTYPES[out]) * bool(out)
+    return call_template(builder, safe_softmax_rows(rows, width, out), TEMPLATE, [rows, width, out], name, [flat],
+                         (rows, width), OUT_DTYPES[out])
+
+
+def scores_of(call: Any) -> Any:
+    """The scores that ``call`` computes the softmax of, where it is a call of ``safe_softmax``'s
+    function on float32 scores of static shape whose rows the template ``fits``; else None."""
+    if not (is_op(call, "call_tir") and re.fullmatch(r"safe_softmax\d*", call.args[0].name_hint)
+            and len(call.args[1].fields) == 1):
+        return None
+    scores = call.args[1].fields[0]
+    shape = shape_of(scores)
+    return scores if shape and str(scores.ty.dtype) == "float32" and fits(shape[-1]) else None
+
+
+def softmax_rows(mod: tvm.IRModule) -> tvm.IRModule:
+    """``mod`` with each softmax of ``safe_softmax``'s function that the template fits a call of
+    the template, writing float32; a broadcast of its output to its own shape (PyTorch's
+    ``expand`` before the product that reads it) is the output itself."""
+    made: list = []
+
+    def rewrite(rewriter: Any, call: Any) -> Any:
+        if is_op(call, "broadcast_to") and shape_of(call) == shape_of(call.args[0]) \
+                and any(rewriter.lookup(call.args[0]).same_as(m) for m in made):
+            return call.args[0]
+        scores = scores_of(call)
+        if scores is None:
+            return None
+        shape = shape_of(scores)
+        while is_op(rewriter.lookup(scores), "reshape"):  # read as rows through one reshape, not two
+            scores = rewriter.lookup(scores).args[0]
+        made.append(relax.op.reshape(call_rows(rewriter.builder_, scores, shape[-1]), shape))
+        return made[-1]
+
+    return rewrite_bindings(mod, rewrite)
