@@ -578,8 +578,8 @@ def test_attention_multiplies_its_activations_in_bfloat16_cast_where_they_are_co
     """A BERT layer with heads of 32 over 32 tokens: its two products of activations (the queries by
     the keys with the mask added, the weights by the values) are the batched template's tasks; each
     operand is cast (and the right one packed) in the kernel that computes it, the softmax's
-    included (on its own template), so no kernel only casts them; the build's outputs stay within a cosine of 0.9999 of
-    PyTorch's float32 ones."""
+    included (on its own template), so no kernel only casts them; the build's outputs stay within
+    a cosine of 0.9999 of PyTorch's float32 ones."""
     import torch
     import transformers
     from tvm import relax
