@@ -286,9 +286,6 @@ def to_bfloat16(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
             shape = shape_of(call)  # the shape the chain ended in
             return out if shape_of(out) == shape else relax.op.reshape(out, shape)
 
-        def call_template(self, *args: Any) -> Any:
-            return call_template(self.builder_, *args)
-
         def matmul(self, layer: tuple[int, int, int], op: Any, epilogue_inputs: list, residual: Any,
                    epilogue: int, out: int = 0) -> Any:
             """Its input read in bfloat16 (cast first, unless a matmul wrote it so), its output written
@@ -300,9 +297,9 @@ def to_bfloat16(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
             if residual is not None:
                 epilogue_inputs.append(self.builder_.emit(relax.op.reshape(self.visit_expr(residual), (m, n))))
             name = f"matmul_bf16_{m}x{k}x{n}_{x86_bf16.EPILOGUES[epilogue]}" + ("_bf16" if out else "")
-            return self.call_template(x86_bf16.matmul(m, k, n, epilogue, out), x86_bf16.TEMPLATE,
-                                      [m, k, n, epilogue] + [out] * bool(out), name, [rows, packed, *epilogue_inputs],
-                                      (m, n), x86_bf16.OUT_DTYPES[out])
+            return call_template(self.builder_, x86_bf16.matmul(m, k, n, epilogue, out), x86_bf16.TEMPLATE,
+                                 [m, k, n, epilogue] + [out] * bool(out), name, [rows, packed, *epilogue_inputs],
+                                 (m, n), x86_bf16.OUT_DTYPES[out])
 
         def batch_matmul(self, layer: _Batched, op: Any, addend: Any, epilogue: int) -> Any:
             """Both operands cast to bfloat16 where they are computed (the casts before their
@@ -323,8 +320,8 @@ def to_bfloat16(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
                 inputs.append(self.builder_.emit(relax.op.reshape(
                     self.visit_expr(addend), (1 if kind == "add_broadcast" else b, m, n))))
             name = f"batch_matmul_bf16_{b}x{m}x{k}x{n}_{kind}"
-            return self.call_template(x86_bf16.batch_matmul(b, m, k, n, epilogue), x86_bf16.BATCH_TEMPLATE,
-                                      [b, m, k, n, epilogue], name, inputs, (b, m, n))
+            return call_template(self.builder_, x86_bf16.batch_matmul(b, m, k, n, epilogue), x86_bf16.BATCH_TEMPLATE,
+                                 [b, m, k, n, epilogue], name, inputs, (b, m, n))
 
         def depthwise(self, call: Any) -> Any:
             """A depthwise convolution of an input a kernel wrote in bfloat16 reads it so, its weight
@@ -356,8 +353,8 @@ def to_bfloat16(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
             inputs = [x, packed, *epilogue_inputs] + ([] if residual is None else [residual])
             name = "conv2d_bf16_" + "_".join(map(str, layer[:11])) + "_" + x86_bf16.EPILOGUES[epilogue] + \
                 (f"_io{io}" if io else "")
-            return self.call_template(x86_bf16.conv2d(layer), x86_bf16.CONV_TEMPLATE, layer.args, name, inputs,
-                                      (1, *layer.out, layer.co), layer.dtype("output"))
+            return call_template(self.builder_, x86_bf16.conv2d(layer), x86_bf16.CONV_TEMPLATE, layer.args, name,
+                                 inputs, (1, *layer.out, layer.co), layer.dtype("output"))
 
     rewrite = Rewrite(mod)
     for gvar, func in mod.functions_items():

@@ -21,6 +21,10 @@ from tvm import relax, te, tirx, topi
 from .relax_calls import is_op, rewrite_bindings
 
 
+# the name of the function the rewrite makes (a module's copies for other shapes get a number after it)
+FUNCTION = "safe_softmax"
+
+
 def one_function_safe_softmax(mod: tvm.IRModule) -> tvm.IRModule:
     """``mod`` with each ``_safe_softmax`` over the last axis as one function."""
     return rewrite_bindings(mod, _safe_softmax)
@@ -52,7 +56,7 @@ def _safe_softmax(rewriter: Any, expr: Any) -> Any:
         zeros = rewriter.lookup(zeros.args[1])
     if not isinstance(zeros, tvm.ir.expr.Constant) or np.any(zeros.value.numpy()):
         return None
-    return rewriter.builder_.call_te(_softmax_zero_on_masked_rows, scores, primfunc_name_hint="safe_softmax")
+    return rewriter.builder_.call_te(_softmax_zero_on_masked_rows, scores, primfunc_name_hint=FUNCTION)
 
 
 def _softmax_zero_on_masked_rows(x: te.Tensor) -> te.Tensor:

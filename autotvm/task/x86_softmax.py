@@ -26,7 +26,7 @@ from tvm import relax, te
 
 from ..checks import AutoTVMError
 from .relax_calls import call_template, is_op, rewrite_bindings, shape_of
-from .safe_softmax import _softmax_zero_on_masked_rows
+from .safe_softmax import FUNCTION, _softmax_zero_on_masked_rows
 from .task import get_config, template
 
 TEMPLATE = "x86/safe_softmax_rows"
@@ -109,7 +109,7 @@ def call_rows(builder: Any, scores: Any, width: int, out: int = 0) -> Any:
 def scores_of(call: Any) -> Any:
     """The scores that ``call`` computes the softmax of, where it is a call of ``safe_softmax``'s
     function on float32 scores of static shape whose rows the template ``fits``; else None."""
-    if not (is_op(call, "call_tir") and re.fullmatch(r"safe_softmax\d*", call.args[0].name_hint)
+    if not (is_op(call, "call_tir") and re.fullmatch(FUNCTION + r"\d*", call.args[0].name_hint)
             and len(call.args[1].fields) == 1):
         return None
     scores = call.args[1].fields[0]
