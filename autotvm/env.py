@@ -151,7 +151,45 @@ def _host_defaults(spec: dict) -> dict:
         host = codegen.llvm_get_system_cpu()
         if host and host != "generic":
             spec["mcpu"] = host
+            mattr = host_mattr(host, host_cpu_flags())
+            if mattr and "mattr" not in spec:
+                spec["mattr"] = mattr
     return spec
+
+
+# The vector extensions the kernels use: their names in /proc/cpuinfo and in LLVM.
+_VECTOR_EXTENSIONS = {
+    "avx": "avx", "avx2": "avx2", "fma": "fma", "f16c": "f16c", "avx_vnni": "avxvnni",
+    "avx512f": "avx512f", "avx512dq": "avx512dq", "avx512cd": "avx512cd", "avx512bw": "avx512bw",
+    "avx512vl": "avx512vl", "avx512ifma": "avx512ifma", "avx512vbmi": "avx512vbmi",
+    "avx512_vbmi2": "avx512vbmi2", "avx512_vnni": "avx512vnni", "avx512_bitalg": "avx512bitalg",
+    "avx512_vpopcntdq": "avx512vpopcntdq", "avx512_bf16": "avx512bf16", "avx512_fp16": "avx512fp16",
+    "amx_tile": "amx-tile", "amx_bf16": "amx-bf16", "amx_int8": "amx-int8",
+}
+
+
+def host_cpu_flags(path: str = "/proc/cpuinfo") -> frozenset | None:
+    """The x86 CPU's feature flags as the kernel reports them (``flags`` in /proc/cpuinfo), or
+    None where there are none to read (another OS, another architecture)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            line = next((line for line in handle if line.startswith("flags")), None)
+    except OSError:
+        return None
+    return frozenset(line.split(":", 1)[1].split()) if line and ":" in line else None
+
+
+def host_mattr(mcpu: str, flags: frozenset | None) -> list[str]:
+    """The vector extensions to add to (``+``) or take from (``-``) the CPU LLVM names ``mcpu``
+    so that code built for it uses what this CPU has and nothing it has not. A hypervisor may
+    report a CPU model older than the CPU it passes through (a KVM guest with AMX and AVX512-BF16
+    that LLVM names Rocket Lake, which has neither), or hide extensions the model has."""
+    if not flags:
+        return []
+    named = cpu_features(tvm.target.Target({"kind": "llvm", "mcpu": mcpu})) or frozenset()
+    add = [f"+{llvm}" for flag, llvm in _VECTOR_EXTENSIONS.items() if flag in flags and llvm not in named]
+    drop = [f"-{llvm}" for flag, llvm in _VECTOR_EXTENSIONS.items() if flag not in flags and llvm in named]
+    return sorted(add) + sorted(drop)
 
 
 def _cuda_defaults(spec: dict) -> dict:

@@ -10,6 +10,8 @@ from tvm import te
 from tvm.target import codegen
 
 import autotvm
+from autotvm import env
+from autotvm.task import x86_bf16
 
 
 def test_bare_llvm_gets_this_cpu_and_core_count():
@@ -110,6 +112,37 @@ def test_a_cgroup_cpu_quota_caps_the_cores(tmp_path, files, cores):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
     assert autotvm.env.cgroup_cpu_quota(str(tmp_path)) == cores
+
+
+def test_the_host_target_has_the_vector_extensions_this_cpu_reports():
+    """A virtual machine may report a CPU model older than the CPU it runs on (a KVM guest with AMX
+    that LLVM names Rocket Lake): the host target adds what /proc/cpuinfo lists and the name lacks,
+    and takes away what the name has and the CPU does not."""
+    flags = env.host_cpu_flags()
+    if flags is None:
+        pytest.skip("no /proc/cpuinfo flags")
+    features = env.cpu_features(autotvm.make_target("llvm"))
+    for flag, llvm in env._VECTOR_EXTENSIONS.items():
+        assert (llvm in features) == (flag in flags), (flag, llvm)
+
+
+def test_a_cpu_name_is_corrected_by_the_flags_the_cpu_reports(tmp_path):
+    guest = tmp_path / "cpuinfo"
+    guest.write_text("processor\t: 0\nflags\t\t: fpu avx avx2 fma f16c avx512f avx512dq avx512cd avx512bw avx512vl "
+                     "avx512ifma avx512vbmi avx512_vbmi2 avx512_vnni avx512_bitalg avx512_vpopcntdq avx512_bf16 amx_tile amx_bf16\n")
+    flags = env.host_cpu_flags(str(guest))
+    assert {"avx512_bf16", "amx_tile"} <= flags
+    mattr = env.host_mattr("rocketlake", flags)
+    assert mattr == ["+amx-bf16", "+amx-tile", "+avx512bf16"]
+    target = autotvm.make_target({"kind": "llvm", "mcpu": "rocketlake", "mattr": mattr})
+    assert x86_bf16.cpu_has_bf16(target) and x86_bf16.cpu_has_amx_bf16(target)
+    hidden = env.host_mattr("sapphirerapids", frozenset({"avx", "avx2", "fma", "f16c"}))
+    assert {"-avx512f", "-avx512bf16", "-amx-tile"} <= set(hidden)
+    assert not x86_bf16.cpu_has_bf16(autotvm.make_target({"kind": "llvm", "mcpu": "sapphirerapids",
+                                                           "mattr": hidden}))
+    assert env.host_mattr("sapphirerapids", None) == []
+    (tmp_path / "arm").write_text("processor\t: 0\nFeatures\t: fp asimd\n")
+    assert env.host_cpu_flags(str(tmp_path / "arm")) is None
 
 
 def test_explicit_cpu_or_cross_triple_is_kept():
