@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 import tvm
-from tvm import relax, te, tirx, topi
+from tvm import te, tirx, topi
 
 from .relax_calls import is_op, rewrite_bindings
 
