@@ -151,9 +151,9 @@ def _host_defaults(spec: dict) -> dict:
         host = codegen.llvm_get_system_cpu()
         if host and host != "generic":
             spec["mcpu"] = host
-            mattr = host_mattr(host, host_cpu_flags())
+            mattr = _host_mattr(host)
             if mattr and "mattr" not in spec:
-                spec["mattr"] = mattr
+                spec["mattr"] = list(mattr)
     return spec
 
 
@@ -190,6 +190,12 @@ def host_mattr(mcpu: str, flags: frozenset | None) -> list[str]:
     add = [f"+{llvm}" for flag, llvm in _VECTOR_EXTENSIONS.items() if flag in flags and llvm not in named]
     drop = [f"-{llvm}" for flag, llvm in _VECTOR_EXTENSIONS.items() if flag not in flags and llvm in named]
     return sorted(add) + sorted(drop)
+
+
+@functools.lru_cache(maxsize=None)
+def _host_mattr(mcpu: str) -> tuple[str, ...]:
+    """``host_mattr`` for this machine's CPU, read once a process."""
+    return tuple(host_mattr(mcpu, host_cpu_flags()))
 
 
 def _cuda_defaults(spec: dict) -> dict:

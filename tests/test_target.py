@@ -128,8 +128,9 @@ def test_the_host_target_has_the_vector_extensions_this_cpu_reports():
 
 def test_a_cpu_name_is_corrected_by_the_flags_the_cpu_reports(tmp_path):
     guest = tmp_path / "cpuinfo"
-    guest.write_text("processor\t: 0\nflags\t\t: fpu avx avx2 fma f16c avx512f avx512dq avx512cd avx512bw avx512vl "
-                     "avx512ifma avx512vbmi avx512_vbmi2 avx512_vnni avx512_bitalg avx512_vpopcntdq avx512_bf16 amx_tile amx_bf16\n")
+    guest.write_text("processor\t: 0\nflags\t\t: fpu avx avx2 fma f16c avx512f avx512dq avx512cd avx512bw "
+                     "avx512vl avx512ifma avx512vbmi avx512_vbmi2 avx512_vnni avx512_bitalg avx512_vpopcntdq "
+                     "avx512_bf16 amx_tile amx_bf16\n")
     flags = env.host_cpu_flags(str(guest))
     assert {"avx512_bf16", "amx_tile"} <= flags
     mattr = env.host_mattr("rocketlake", flags)
