@@ -30,7 +30,7 @@ import tabulate
 from autotvm.checks import AutoTVMError
 from tools.benchmark import results_path
 from tools.config import load_config
-from tools.runtimes import SHORT
+from tools.runtimes import SHORT, is_tvm
 from tools.settings import replace
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -127,7 +127,7 @@ def _run(args: argparse.Namespace, done: dict) -> None:
                 timed = {r["variant"]: r for r in result}
                 tuned = timed.get("tvm-tuned")
                 others = "; ".join(f"{v} {r['median_ms']:.3f} ({SHORT.get(r['precision'], r['precision'])})"
-                                   for v, r in timed.items() if v not in ("tvm-tuned", "tvm-untuned"))
+                                   for v, r in timed.items() if not is_tvm(v))
                 rows.append([model.name, precision, others, tuned["median_ms"] if tuned else None,
                              tuned["speedup_over_eager"] if tuned else None,
                              f"{tuned['speedup_over_fastest_other']:.2f} ({tuned['fastest_other']})" if tuned else "-",

@@ -118,6 +118,27 @@ def test_benchmark_writes_table_and_chart(tuned):
     assert all(r["hot_ms"] == "" for r in profile if r["name"].startswith("vm.builtin."))
 
 
+def test_benchmark_times_another_tunes_records_beside_the_rest(tuned):
+    """``tvm-tuned:<save_name>`` builds from another tune's records in save_path (another tuner's,
+    seed's or setting's), timed in the same interleaved rounds; a name with no records is a note."""
+    tmp_path, path, _, _ = tuned
+    out = tmp_path / "out"
+    # the other tune's log: this one's records and a damaged line, which its build's load reports
+    (out / "u-mm.json").write_text((out / "t-mm.json").read_text() + "{not a record\n")
+    result = driver("-m=benchmark", f"-c={path}", "--set", "run_settings.profile=false", "--set",
+                    'run_settings.variants=["pytorch-eager","tvm-tuned","tvm-tuned:u","tvm-tuned:v"]')
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = list(csv.DictReader(open(out / "t-mm-benchmark.csv")))
+    assert [r["variant"] for r in rows] == ["pytorch-eager", "tvm-tuned", "tvm-tuned:u"]
+    assert all(float(r["median_ms"]) > 0 and r["matches_pytorch"] == "True" for r in rows)
+    # each TVM build against what a user could run instead, not against the other
+    assert all(r["fastest_other"].startswith("pytorch-eager (") for r in rows[1:])
+    assert "u-mm.json: skipped 1 unreadable line" in result.stdout + result.stderr
+    assert "t-mm.json: skipped" not in result.stdout + result.stderr
+    assert f"note: mm: tvm-tuned:v skipped: no records at {out / 'v-mm.json'}; run -m=tune first with " \
+        "autotuner_settings.save_name=v" in result.stdout
+
+
 def test_configs_that_share_a_save_name_keep_each_others_benchmark(tmp_path):
     """Two configs with one save_name (the shipped ones share theirs), benchmarked one after the
     other: each model's results are written beside its records, so the second keeps the first's."""
@@ -386,6 +407,8 @@ def test_cuda_without_a_gpu_is_one_line_for_tune_benchmark_and_experiment(tmp_pa
     ({"autotuner_settings": {"tuner_options": {"dqn": {"lr": "fast"}}}}, ["tuner_options.dqn", "lr", "'fast'"]),
     ({"autotuner_settings": {"save_name": "../up"}}, ["save_name", "plain name"]),
     ({"run_settings": {"variants": ["tensorrt"]}}, ["run_settings.variants.0", "tensorrt", "onnxruntime"]),
+    ({"run_settings": {"variants": ["tvm-tuned:../x"]}}, ["run_settings.variants.0", "'tvm-tuned:../x'",
+                                                          "tvm-tuned:<save_name>"]),
     ({"experiments": {"names": ["model_tuners"]}}, ["experiments.models", "model_tuners needs", "none given"]),
     ({"models": [{"name": "mm", "type": "op", "workload": "mm64"}], "experiments": {"models": ["resnet"]}},
      ["experiments.models.0", "'resnet'", "(mm)"]),

@@ -27,7 +27,8 @@ from autotvm.env import device_exists, device_of, runtime_threads, use_runtime_t
 
 from .models import ModelSpec, build_model, load_program
 from .plots import bar_chart
-from .runtimes import SHORT, TVM_VARIANTS, VARIANTS, Placement, Runtime, RuntimeUnavailable, prepare, tvm_runtime
+from .runtimes import (SHORT, TUNED_FROM, VARIANTS, Placement, Runtime, RuntimeUnavailable, is_tvm, prepare,
+                       tvm_runtime)
 from .saved_runs import writable_dir
 from .settings import Config
 from .timing import (NOISY_IQR, SLOWER_THAN_RECORDS, accuracy, format_profile, function_times, profile_openvino,
@@ -119,7 +120,7 @@ def default_variants(device: str) -> tuple[str, ...]:
 def _prepare(variant: str, spec: ModelSpec, model: Any, mod: Any, params: dict, target: Any, where: Placement,
              log: str, out_dir: str, profile: bool) -> Runtime | None:
     """The variant's runtime, or None with a one-line note when it cannot run here."""
-    if variant not in TVM_VARIANTS:
+    if not is_tvm(variant):
         try:
             runtime = prepare(variant, model, where)
         except RuntimeUnavailable as why:
@@ -128,20 +129,24 @@ def _prepare(variant: str, spec: ModelSpec, model: Any, mod: Any, params: dict, 
         if profile and variant in RUNTIME_PROFILES:  # its own profile, beside TVM's
             _write_profile(out_dir, log, variant, "txt", RUNTIME_PROFILES[variant](model, where))
         return runtime
-    if variant == "tvm-tuned" and not os.path.exists(log):
-        print(f"note: {spec.name}: tvm-tuned skipped: no records at {log}; run -m=tune first")
+    tuned, other = variant != "tvm-untuned", variant[len(TUNED_FROM):] if variant.startswith(TUNED_FROM) else ""
+    # another tune's records (TUNED_FROM) sit beside this config's: <save_path>/<save_name>-<model>.json
+    records = os.path.join(os.path.dirname(log), f"{other}-{spec.name}.json") if other else log
+    if tuned and not os.path.exists(records):
+        print(f"note: {spec.name}: {variant} skipped: no records at {records}; run -m=tune first"
+              + (f" with autotuner_settings.save_name={other}" if other else ""))
         return None
-    with autotvm.apply_history_best(log) if variant == "tvm-tuned" else contextlib.nullcontext():
+    with autotvm.apply_history_best(records) if tuned else contextlib.nullcontext():
         exe = build_model(spec, mod, params, target, where.precision)
         # a GPU build replays its kernels as one CUDA graph: the profile times a build that launches each
         profiled = build_model(spec, mod, params, target, where.precision, cuda_graph=False) if (
             where.device == "cuda" and profile) else exe
-    if profile or variant == "tvm-tuned":
+    if profile or tuned:
         times = function_times(profiled, target, model)
         if profile:
             _write_profile(out_dir, log, variant, "csv", format_profile(times))
-        if variant == "tvm-tuned":
-            _warn_if_slower_than_records(spec.name, times, log)
+        if tuned:
+            _warn_if_slower_than_records(f"{spec.name} {variant}", times, records)
     return tvm_runtime(variant, exe, target, model, where.precision)
 
 
@@ -149,8 +154,9 @@ RUNTIME_PROFILES = {"pytorch-eager": profile_pytorch, "openvino": profile_openvi
 
 
 def _write_profile(out_dir: str, log: str, variant: str, suffix: str, text: str) -> None:
-    """``<save_name>-<model>-<variant>-profile.<suffix>`` beside the benchmark's outputs."""
-    path = os.path.join(out_dir, f"{os.path.basename(log)[:-5]}-{variant}-profile.{suffix}")
+    """``<save_name>-<model>-<variant>-profile.<suffix>`` beside the benchmark's outputs (another
+    tune's variant named ``tvm-tuned-<its save_name>``)."""
+    path = os.path.join(out_dir, f"{os.path.basename(log)[:-5]}-{variant.replace(':', '-')}-profile.{suffix}")
     with open(path, "w", encoding="utf-8") as handle:
         handle.write(text)
 
@@ -160,7 +166,7 @@ def _warn_if_slower_than_records(name: str, times: dict, log: str) -> None:
     slow = slower_than_records(times, log)
     if slow:
         listed = ", ".join(f"{fn} {ms:.3f} ms against {pred:.3f}" for fn, ms, pred in slow[:4])
-        print(f"WARNING: {name} tvm-tuned: {len(slow)} function{'s' if len(slow) > 1 else ''} run more than "
+        print(f"WARNING: {name}: {len(slow)} function{'s' if len(slow) > 1 else ''} run more than "
               f"{SLOWER_THAN_RECORDS:g}x slower than the records at {log} say ({listed}{', ...' if len(slow) > 4 else ''}; "
               "per run): were the records measured on another machine, or edited?")
 
@@ -173,7 +179,7 @@ def speedups(rows: list[dict]) -> None:
         mine = [r for r in rows if r["model"] == row["model"]]
         eager = next((r["median_ms"] for r in mine if r["variant"] == "pytorch-eager"), float("nan"))
         others = [r for r in mine if r["variant"] != row["variant"]
-                  and not (row["variant"] in TVM_VARIANTS and r["variant"] in TVM_VARIANTS)]
+                  and not (is_tvm(row["variant"]) and is_tvm(r["variant"]))]
         fastest = min(others, key=lambda r: r["median_ms"]) if others else None
         row["speedup_over_eager"] = eager / row["median_ms"]
         row["speedup_over_fastest_other"] = fastest["median_ms"] / row["median_ms"] if fastest else float("nan")

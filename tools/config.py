@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 from typing import Any, Iterator
 
 import jsonschema
@@ -23,7 +24,7 @@ from autotvm.task.relax_integration import CONV_ALGORITHMS, CONV_LAYOUTS, PRECIS
 
 from .experiments import EXPERIMENTS
 from .models import HF_MODELS, MODEL_TYPES, TORCH_MODELS, ModelSpec, pretrained_path
-from .runtimes import VARIANTS
+from .runtimes import TUNED_FROM, VARIANTS
 from .settings import Config
 from .tuners import TUNER_OPTIONS, TUNER_RULES, TUNERS, base_tuner
 from .workloads import WORKLOADS
@@ -93,7 +94,9 @@ SCHEMA: dict = {
                            "number": _with({"oneOf": [{"type": "null"}, _POSITIVE_INT]}, None),
                            # null: every variant that runs on the target's device
                            "variants": _with({"oneOf": [{"type": "null"}, {
-                               "type": "array", "items": {"enum": list(VARIANTS)}, "minItems": 1,
+                               "type": "array", "items": {"anyOf": [{"enum": list(VARIANTS)}, {
+                                   "type": "string", "pattern": f"^{TUNED_FROM}[A-Za-z0-9][A-Za-z0-9._-]*$"}]},
+                               "minItems": 1,
                                "uniqueItems": True}]}, None),
                            "precision": _with({"enum": list(PRECISIONS)}, "float32"),
                            "min_cosine": _with({"type": "number", "minimum": 0, "maximum": 1}, 0.999),
@@ -153,6 +156,9 @@ def _explain(error: jsonschema.ValidationError) -> str:
     rule = error  # the error of the whole rule, when a branch of "anyOf"/"oneOf" failed inside it
     while rule.parent is not None and rule.parent.validator in ("anyOf", "oneOf"):
         rule = rule.parent
+    if re.fullmatch(r"run_settings\.variants\.\d+", key):
+        return f"config key {key}: {error.instance!r} is not allowed; allowed: {', '.join(VARIANTS)}, or " \
+               f"{TUNED_FROM}<save_name> (the records of another tune of the model, in save_path)"
     if error.validator == "enum":
         return f"config key {key}: {error.instance!r} is not allowed; allowed: {', '.join(map(str, error.validator_value))}"
     if error.validator == "additionalProperties":

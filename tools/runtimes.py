@@ -36,6 +36,9 @@ VARIANTS = {
     "tvm-tuned": "TVM with the model's tuning records",
 }
 TVM_VARIANTS = ("tvm-untuned", "tvm-tuned")
+# "tvm-tuned:<save_name>": TVM with the records of another tune of the model, <save_path>/<save_name>-<model>.json
+# (another tuner's, seed's or setting's), timed beside the rest
+TUNED_FROM = "tvm-tuned:"
 # the short names the tables give precisions
 SHORT = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
 
@@ -191,6 +194,11 @@ def openvino_precision(compiled: Any) -> str:
     hint = compiled.get_property("INFERENCE_PRECISION_HINT")
     short = hint.get_type_name() if hasattr(hint, "get_type_name") else str(hint)
     return {name: full for full, name in SHORT.items()}.get(short, short)
+
+
+def is_tvm(variant: str) -> bool:
+    """Whether a variant is a TVM build (``TVM_VARIANTS``, or ``TUNED_FROM`` another tune's records)."""
+    return variant in TVM_VARIANTS or variant.startswith(TUNED_FROM)
 
 
 def tvm_runtime(variant: str, exe: Any, target: Any, model: Any, precision: str = "float32") -> Runtime:
