@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any, Iterable
 
 import matplotlib
@@ -64,7 +65,8 @@ def bar_chart(rows: list[dict], path: str, subtitle: str = "") -> None:
     models = list(dict.fromkeys(r["model"] for r in rows))
     variants = list(dict.fromkeys(r["variant"] for r in rows))
     width = 0.8 / len(variants)
-    fig, ax = plt.subplots(figsize=(max(5.5, 1.8 * len(models) + 2.5), 4.6))
+    size = max(5.5, 1.8 * len(models) + 2.5)
+    fig, ax = plt.subplots(figsize=(size, 4.6))
     for i, variant in enumerate(variants):
         values = [next((r for r in rows if r["model"] == m and r["variant"] == variant), None) for m in models]
         x = np.arange(len(models)) + i * width
@@ -75,7 +77,8 @@ def bar_chart(rows: list[dict], path: str, subtitle: str = "") -> None:
     ax.set_xticks(np.arange(len(models)) + width * (len(variants) - 1) / 2, models)
     ax.set_ylabel("inference time, ms (lower is better)")
     ax.set_yscale("log")
-    ax.set_title("Inference time per model: median, min-max bars" + (f"\n{subtitle}" if subtitle else ""),
+    # the subtitle (device, precision, threads) in lines the figure's width holds
+    ax.set_title("\n".join(["Inference time per model: median, min-max bars", *textwrap.wrap(subtitle, int(8 * size))]),
                  fontsize=11)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, frameon=False)
     ax.grid(axis="y", alpha=0.3)
