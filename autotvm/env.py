@@ -151,8 +151,8 @@ def _host_defaults(spec: dict) -> dict:
         host = codegen.llvm_get_system_cpu()
         if host and host != "generic":
             spec["mcpu"] = host
-            if "mattr" not in spec and _host_mattr(host):
-                spec["mattr"] = list(_host_mattr(host))
+            if "mattr" not in spec and (mattr := _host_mattr(host)):
+                spec["mattr"] = list(mattr)
     return spec
 
 

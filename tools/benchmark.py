@@ -30,7 +30,7 @@ from .plots import bar_chart
 from .runtimes import (SHORT, TUNED_FROM, VARIANTS, Placement, Runtime, RuntimeUnavailable, is_tvm, prepare,
                        tvm_runtime)
 from .saved_runs import writable_dir
-from .settings import Config
+from .settings import Config, replace
 from .timing import (NOISY_IQR, SLOWER_THAN_RECORDS, accuracy, format_profile, function_times, profile_openvino,
                      profile_pytorch, slower_than_records, time_interleaved)
 
@@ -77,7 +77,8 @@ def _benchmark_model(spec: ModelSpec, config: Config, target: Any, where: Placem
     runtimes, checks, ready = [], {}, {}
     for variant in run.variants or default_variants(where.device):
         start = time.perf_counter()
-        runtime = _prepare(variant, spec, model, mod, params, target, where, log, out_dir, run.profile)
+        runtime = _prepare(variant, spec, model, mod, params, target, where, log, out_dir, run.profile,
+                           records_of(variant, config.autotuner_settings, spec.name))
         if runtime is None:
             continue
         checks[variant] = accuracy(runtime, expected, run)  # a first call: torch.compile compiles here
@@ -117,9 +118,18 @@ def default_variants(device: str) -> tuple[str, ...]:
     return tuple(v for v in VARIANTS if v not in skip)
 
 
+def records_of(variant: str, settings: Any, model: str) -> str | None:
+    """The records a TVM variant builds with: the config's log for ``tvm-tuned``, another tune's
+    (``TUNED_FROM`` its save_name) beside it, none for the others."""
+    if variant.startswith(TUNED_FROM):
+        return replace(settings, save_name=variant[len(TUNED_FROM):]).log_path(model)
+    return settings.log_path(model) if variant == "tvm-tuned" else None
+
+
 def _prepare(variant: str, spec: ModelSpec, model: Any, mod: Any, params: dict, target: Any, where: Placement,
-             log: str, out_dir: str, profile: bool) -> Runtime | None:
-    """The variant's runtime, or None with a one-line note when it cannot run here."""
+             log: str, out_dir: str, profile: bool, records: str | None) -> Runtime | None:
+    """The variant's runtime, or None with a one-line note when it cannot run here (``records``:
+    the tuning records a TVM variant builds with, ``records_of``)."""
     if not is_tvm(variant):
         try:
             runtime = prepare(variant, model, where)
@@ -129,12 +139,10 @@ def _prepare(variant: str, spec: ModelSpec, model: Any, mod: Any, params: dict, 
         if profile and variant in RUNTIME_PROFILES:  # its own profile, beside TVM's
             _write_profile(out_dir, log, variant, "txt", RUNTIME_PROFILES[variant](model, where))
         return runtime
-    tuned, other = variant != "tvm-untuned", variant[len(TUNED_FROM):] if variant.startswith(TUNED_FROM) else ""
-    # another tune's records (TUNED_FROM) sit beside this config's: <save_path>/<save_name>-<model>.json
-    records = os.path.join(os.path.dirname(log), f"{other}-{spec.name}.json") if other else log
+    tuned = records is not None
     if tuned and not os.path.exists(records):
         print(f"note: {spec.name}: {variant} skipped: no records at {records}; run -m=tune first"
-              + (f" with autotuner_settings.save_name={other}" if other else ""))
+              + (f" with autotuner_settings.save_name={variant[len(TUNED_FROM):]}" if variant != "tvm-tuned" else ""))
         return None
     with autotvm.apply_history_best(records) if tuned else contextlib.nullcontext():
         exe = build_model(spec, mod, params, target, where.precision)

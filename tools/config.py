@@ -95,7 +95,7 @@ SCHEMA: dict = {
                            # null: every variant that runs on the target's device
                            "variants": _with({"oneOf": [{"type": "null"}, {
                                "type": "array", "items": {"anyOf": [{"enum": list(VARIANTS)}, {
-                                   "type": "string", "pattern": f"^{TUNED_FROM}[A-Za-z0-9][A-Za-z0-9._-]*$"}]},
+                                   "type": "string", "pattern": f"^{TUNED_FROM}{_PLAIN_NAME['pattern'][1:]}"}]},
                                "minItems": 1,
                                "uniqueItems": True}]}, None),
                            "precision": _with({"enum": list(PRECISIONS)}, "float32"),
