@@ -21,12 +21,16 @@ class DispatchContext:
         return _local.stack
 
     @staticmethod
-    def current_config(task: Any) -> Any:
-        """The best ``ConfigEntity`` recorded for ``task`` in the innermost context, or ``None``."""
+    def current_config(task: Any, function: str | None = None) -> Any:
+        """The best ``ConfigEntity`` recorded for ``task`` in the innermost context, or ``None``.
+        ``function``: the name of the program's function that a build makes with it, noted with
+        its record in the context that answered (``ApplyHistoryBest.built``)."""
         for ctx in reversed(DispatchContext.stack()):
-            cfg = ctx.query(task)
-            if cfg is not None:
-                return cfg
+            found = ctx.record_of(task)
+            if found is not None:
+                if function is not None:
+                    ctx.built[function] = found[1]
+                return found[0]
         return None
 
 
@@ -36,7 +40,9 @@ class ApplyHistoryBest:
     Records that do not fit their task's space (stale: written for an older knob space), and
     records whose cost is faster than the task's target could run, are skipped, and the fastest
     record that fits is used; each log with such records gets one warning, when the context exits
-    or ``build_program`` has looked up all its tasks.
+    or ``build_program`` has looked up all its tasks. ``built``: the record each function of a
+    ``build_program`` inside it was built with, by the function's name (a template's functions
+    are named by the build, not by their template).
     """
 
     def __init__(self, records: Any) -> None:
@@ -45,18 +51,24 @@ class ApplyHistoryBest:
                             f"got {records!r}")
         self.best = best_by_workload(load_records(records))
         self.stale = StaleRecords()
+        self.built: dict[str, Any] = {}  # function name -> the MeasureResult of the record it was built with
+
+    def record_of(self, task: Any) -> tuple[Any, Any] | None:
+        """(config bound to the task's space, its MeasureResult) of the fastest record of ``task``
+        that fits, or ``None``."""
+        for inp, res in self.best.get(lookup_key(task.target, workload_key(task)), []):
+            cfg = bind_record(inp.config, task, self.stale, res)
+            if cfg is not None:
+                return cfg, res
+        return None
 
     def query(self, target: Any, workload: Any = None) -> Any:
         """The best config of ``query(task)``, bound to the task's space (``None`` if no record
         fits), or, as AutoTVM's ``query(target, workload)``, the fastest record's config of that
         workload (``(name, *args)``), unbound."""
         if workload is None:
-            task = target
-            for inp, res in self.best.get(lookup_key(task.target, workload_key(task)), []):
-                cfg = bind_record(inp.config, task, self.stale, res)
-                if cfg is not None:
-                    return cfg
-            return None
+            found = self.record_of(target)
+            return None if found is None else found[0]
         hits = self.best.get(lookup_key(target, workload), [])
         return hits[0][0].config if hits else None
 

@@ -144,7 +144,7 @@ def _prepare(variant: str, spec: ModelSpec, model: Any, mod: Any, params: dict, 
         print(f"note: {spec.name}: {variant} skipped: no records at {records}; run -m=tune first"
               + (f" with autotuner_settings.save_name={variant[len(TUNED_FROM):]}" if variant != "tvm-tuned" else ""))
         return None
-    with autotvm.apply_history_best(records) if tuned else contextlib.nullcontext():
+    with autotvm.apply_history_best(records) if tuned else contextlib.nullcontext() as best:
         exe = build_model(spec, mod, params, target, where.precision)
         # a GPU build replays its kernels as one CUDA graph: the profile times a build that launches each
         profiled = build_model(spec, mod, params, target, where.precision, cuda_graph=False) if (
@@ -154,7 +154,7 @@ def _prepare(variant: str, spec: ModelSpec, model: Any, mod: Any, params: dict, 
         if profile:
             _write_profile(out_dir, log, variant, "csv", format_profile(times))
         if tuned:
-            _warn_if_slower_than_records(f"{spec.name} {variant}", times, records)
+            _warn_if_slower_than_records(f"{spec.name} {variant}", times, best.built, records)
     return tvm_runtime(variant, exe, target, model, where.precision)
 
 
@@ -169,9 +169,10 @@ def _write_profile(out_dir: str, log: str, variant: str, suffix: str, text: str)
         handle.write(text)
 
 
-def _warn_if_slower_than_records(name: str, times: dict, log: str) -> None:
-    """One warning naming the functions that run much slower in the tuned build than its records say."""
-    slow = slower_than_records(times, log)
+def _warn_if_slower_than_records(name: str, times: dict, built: dict, log: str) -> None:
+    """One warning naming the functions that run much slower in the tuned build than the records of
+    ``log`` it was built with say (``built``: ``ApplyHistoryBest.built``)."""
+    slow = slower_than_records(times, built)
     if slow:
         listed = ", ".join(f"{fn} {ms:.3f} ms against {pred:.3f}" for fn, ms, pred in slow[:4])
         print(f"WARNING: {name}: {len(slow)} function{'s' if len(slow) > 1 else ''} run more than "

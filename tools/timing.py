@@ -136,20 +136,18 @@ SLOWER_THAN_RECORDS = 2.0  # a function this many times slower in the model than
 CALL_OVERHEAD_MS = 0.05  # ... when it also costs this much more per call (the profile's own overhead, a call from Python)
 
 
-def slower_than_records(times: dict[str, FunctionTime], records: Any) -> list[tuple[str, float, float]]:
+def slower_than_records(times: dict[str, FunctionTime], built: dict[str, Any]) -> list[tuple[str, float, float]]:
     """The functions of a tuned build that run more than ``SLOWER_THAN_RECORDS`` times slower in
-    the model than the records it was built from say (calls x the fastest record's cost): records
+    the model than the records it was built from say (calls x the record's cost; ``built``: each
+    function's record's ``MeasureResult``, as ``ApplyHistoryBest.built`` notes them): records
     from another machine, damaged or edited ones. (name, measured ms, predicted ms) per run, the
     costliest first. Each kernel is judged by its fastest run, in the model or called again at
     once (a busy machine slows some runs, never all), less the profile's own overhead per call."""
-    from autotvm.record import best_by_workload, load_records
-
-    best = {group[0][0].task.name: group[0][1].mean_cost for group in best_by_workload(load_records(records)).values()}
     slow = []
     for symbol, t in times.items():
         name = symbol.removesuffix("_prepacked")  # the build's name for a kernel whose weights are pre-laid-out
-        if name in best and t.fastest_ms is not None:
-            predicted, measured = 1e3 * t.calls * best[name], t.fastest_ms
+        if name in built and t.fastest_ms is not None:
+            predicted, measured = 1e3 * t.calls * built[name].mean_cost, t.fastest_ms
             if measured > SLOWER_THAN_RECORDS * predicted + CALL_OVERHEAD_MS * t.calls:
                 slow.append((symbol, measured, predicted))
     return sorted(slow, key=lambda item: item[2] - item[1])

@@ -358,7 +358,7 @@ def _schedule_templates(fused: tvm.IRModule, target: tvm.target.Target) -> tvm.I
         task = _template_task(func, target)
         if task is None:
             continue
-        config = DispatchContext.current_config(task) or task.config_space.get(0)
+        config = DispatchContext.current_config(task, function=gvar.name_hint) or task.config_space.get(0)
         scheduled = task.instantiate(config)["main"]
         fused[gvar] = scheduled.without_attr("global_symbol").with_attrs(
             {key: value for key, value in func.attrs.items() if key != "global_symbol"})
@@ -409,7 +409,7 @@ def _records_database(fused: tvm.IRModule, target: tvm.target.Target) -> Any:
         if not isinstance(task, TraceTask):  # a template's function is scheduled in place (_schedule_templates)
             applied += DispatchContext.current_config(task) is not None
             continue
-        cfg = DispatchContext.current_config(task)
+        cfg = DispatchContext.current_config(task, function=task.name)
         applied += cfg is not None
         sch = task.schedule_of(cfg) if cfg is not None else _single_config_schedule(task)
         if sch is None:
