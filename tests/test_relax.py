@@ -299,8 +299,9 @@ def test_float16_gelu_and_erf_are_as_exact_as_float16_allows(op):
 def test_functions_with_one_config_are_built_with_it(feed_forward, measure_opt, tmp_path):
     """A function whose space has one config is never measured (the task scheduler gives it no
     trials), yet a tuned build gives it that config's schedule instead of TVM's default lowering,
-    which runs on one core; tunable functions without records keep the default. An untuned
-    build (no ``apply_history_best``) stays TVM's default throughout."""
+    which runs on one core; tunable functions without records keep the default, and the build
+    warns how many they are. An untuned build (no ``apply_history_best``) stays TVM's default
+    throughout."""
     from autotvm.task import relax_integration
 
     mod, params, x, expected = feed_forward
@@ -313,9 +314,12 @@ def test_functions_with_one_config_are_built_with_it(feed_forward, measure_opt, 
     target = autotvm.make_target("llvm")
     fused = relax_integration.fused_program(mod, target)
     assert not relax_integration._records_database(fused, target).get_all_tuning_records()
-    with autotvm.apply_history_best(log):
+    with autotvm.apply_history_best(log), pytest.warns(UserWarning) as warned:
         database = relax_integration._records_database(fused, target)
         out = _run(autotvm.build_program(mod, "llvm"), params, x)
+    untuned = f"{len(tunable) - 1} of the program's {len(tunable)} tunable functions have no record"
+    assert [w for w in warned if untuned in str(w.message) and "built untuned" in str(w.message)], \
+        [str(w.message) for w in warned]
     recorded = [t.name for t in tasks if database.has_workload(t.mod)]
     assert sorted(recorded) == sorted([tunable[0].name] + [t.name for t in single])
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)

@@ -404,23 +404,30 @@ def _records_database(fused: tvm.IRModule, target: tvm.target.Target) -> Any:
     database = ms.database.MemoryDatabase()
     if not DispatchContext.stack():
         return database
-    applied = 0
-    for task in _tasks_of(fused, target):
+    tasks = _tasks_of(fused, target)
+    missing = []  # the tunable tasks without a record
+    for task in tasks:
         if not isinstance(task, TraceTask):  # a template's function is scheduled in place (_schedule_templates)
-            applied += DispatchContext.current_config(task) is not None
-            continue
-        cfg = DispatchContext.current_config(task, function=task.name)
-        applied += cfg is not None
-        sch = task.schedule_of(cfg) if cfg is not None else _single_config_schedule(task)
-        if sch is None:
-            continue
-        workload = database.commit_workload(task.mod)
-        database.commit_tuning_record(ms.database.TuningRecord(
-            sch.trace, workload, [1.0], target, ms.arg_info.ArgInfo.from_prim_func(task.mod["main"])))
+            cfg = DispatchContext.current_config(task)
+        else:
+            cfg = DispatchContext.current_config(task, function=task.name)
+            sch = task.schedule_of(cfg) if cfg is not None else _single_config_schedule(task)
+            if sch is not None:
+                workload = database.commit_workload(task.mod)
+                database.commit_tuning_record(ms.database.TuningRecord(
+                    sch.trace, workload, [1.0], target, ms.arg_info.ArgInfo.from_prim_func(task.mod["main"])))
+        if cfg is None and len(task.config_space) > 1:
+            missing.append(task)
     warn_stale_records()
-    if not applied:
-        warnings.warn("build_program: no record of the active apply_history_best matches a task of this "
-                      "program (tuned for another target, model, conv_layout or conv_algorithm?); building it untuned")
+    tunable = [task for task in tasks if len(task.config_space) > 1]
+    if tunable and len(missing) == len(tunable):
+        warnings.warn("build_program: no record of the active apply_history_best matches a task of this program "
+                      "(tuned for another target, model, precision, conv_layout or conv_algorithm?); building it untuned")
+    elif missing:
+        share = sum(t.flop * t.weight for t in missing) / (sum(t.flop * t.weight for t in tasks) or 1.0)
+        warnings.warn(f"build_program: {len(missing)} of the program's {len(tunable)} tunable functions have no "
+                      f"record in the active apply_history_best ({share:.0%} of its FLOPs; e.g. {missing[0].name}) "
+                      "and are built untuned: tune them for the same model, target, precision and conv options")
     return database
 
 
