@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import threading
+import warnings
 
 METHODS = ("tune", "benchmark", "experiment")
 DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "config-example.json")
@@ -59,9 +60,25 @@ def stop_on_ctrl_c() -> None:
     sys.unraisablehook = raise_again
 
 
+def one_line_warnings() -> None:
+    """The project's own warnings (``autotvm``, ``tools``) printed as one line, "WARNING: ...", as
+    the commands print theirs, without the file, line and source line of the call that raised
+    them; other packages' warnings as Python prints them."""
+    root, default = os.path.dirname(os.path.abspath(__file__)), warnings.formatwarning
+
+    def one_line(message, category, filename, lineno, line=None) -> str:
+        if issubclass(category, UserWarning) and os.path.abspath(filename).startswith(
+                (os.path.join(root, "autotvm") + os.sep, os.path.join(root, "tools") + os.sep)):
+            return f"WARNING: {message}\n"
+        return default(message, category, filename, lineno, line)
+
+    warnings.formatwarning = one_line
+
+
 def main(argv: list[str] | None = None) -> int:
     if argv is None:  # the command, not a caller's process
         stop_on_ctrl_c()
+        one_line_warnings()
     args = parse_args(sys.argv[1:] if argv is None else argv)
     from autotvm.checks import AutoTVMError
     from tools.config import load_config  # imports TVM: after the arguments are known to be sane

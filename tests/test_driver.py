@@ -120,16 +120,22 @@ def test_benchmark_writes_table_and_chart(tuned):
 
 def test_benchmark_times_another_tunes_records_beside_the_rest(tuned):
     """``tvm-tuned:<save_name>`` builds from another tune's records in save_path (another tuner's,
-    seed's or setting's), timed in the same interleaved rounds; a name with no records is a note."""
+    seed's or setting's), timed in the same interleaved rounds; a name with no records is a note,
+    records of another program are built untuned with one warning line."""
     tmp_path, path, _, _ = tuned
     out = tmp_path / "out"
     # the other tune's log: this one's records and a damaged line, which its build's load reports
     (out / "u-mm.json").write_text((out / "t-mm.json").read_text() + "{not a record\n")
+    # records of another program: none matches, and the build says so in one line
+    (out / "w-mm.json").write_text((out / "t-mm.json").read_text().replace('"matmul1"', '"other1"'))
     result = driver("-m=benchmark", f"-c={path}", "--set", "run_settings.profile=false", "--set",
-                    'run_settings.variants=["pytorch-eager","tvm-tuned","tvm-tuned:u","tvm-tuned:v"]')
+                    'run_settings.variants=["pytorch-eager","tvm-tuned","tvm-tuned:u","tvm-tuned:v","tvm-tuned:w"]')
     assert result.returncode == 0, result.stderr[-2000:]
     rows = list(csv.DictReader(open(out / "t-mm-benchmark.csv")))
-    assert [r["variant"] for r in rows] == ["pytorch-eager", "tvm-tuned", "tvm-tuned:u"]
+    assert [r["variant"] for r in rows] == ["pytorch-eager", "tvm-tuned", "tvm-tuned:u", "tvm-tuned:w"]
+    untuned = [line for line in result.stderr.splitlines() if "no record of the active apply_history_best" in line]
+    assert len(untuned) == 1 and untuned[0].startswith("WARNING: build_program: "), result.stderr[-2000:]
+    assert "warnings.warn" not in result.stderr and "UserWarning" not in result.stderr, result.stderr[-2000:]
     assert all(float(r["median_ms"]) > 0 and r["matches_pytorch"] == "True" for r in rows)
     # each TVM build against what a user could run instead, not against the other
     assert all(r["fastest_other"].startswith("pytorch-eager (") for r in rows[1:])
