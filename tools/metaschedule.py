@@ -124,7 +124,8 @@ def tune_model(fused: Any, target: Any, where: str, trials: int, round_trials: i
         done.set()
         watcher.join()
     _note_progress(progress, record_file, start, final=True)
-    lines = open(record_file, encoding="utf-8").readlines()
+    with open(record_file, encoding="utf-8") as handle:
+        lines = handle.readlines()
 
     def build_at(count: int) -> Any:
         with tempfile.TemporaryDirectory(prefix="ms-records-") as tmp:
