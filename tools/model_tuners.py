@@ -154,13 +154,15 @@ def _tune_autotvm(exp: ModelExperiment, loaded: LoadedModel, label: str, seed: i
                on_round=lambda used: progress.append((used, time.perf_counter() - start)))
     records = list(load_from_file(log))
 
-    def build_at(count: int) -> Any:
-        with autotvm.apply_history_best(records[:count]), warnings.catch_warnings():
-            # a checkpoint before the budget's end may leave functions without a record, on purpose
-            warnings.filterwarnings("ignore", message=r"build_program: \d+ of the program's")
-            return loaded.build(exp.target)
+    return progress, lambda count: _build_from(loaded, exp.target, records[:count])
 
-    return progress, build_at
+
+def _build_from(loaded: LoadedModel, target: Any, records: Any) -> Any:
+    """The model built from a run's records: at a checkpoint, or at the end of a budget smaller
+    than the model's functions, some have none, on purpose (no warning of them)."""
+    with autotvm.apply_history_best(records), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"build_program: \d+ of the program's")
+        return loaded.build(target)
 
 
 def _tune_metaschedule(exp: ModelExperiment, loaded: LoadedModel, label: str, seed: int,
@@ -210,8 +212,7 @@ def _rebuild(exp: ModelExperiment, loaded: LoadedModel, run: dict) -> Any:
     where = run["records"]
     if os.path.isdir(where):
         return loaded.build(exp.target, database=metaschedule.database(where))
-    with autotvm.apply_history_best(where + ".json"):
-        return loaded.build(exp.target)
+    return _build_from(loaded, exp.target, where + ".json")
 
 
 def _finish(exp: ModelExperiment, references: dict[str, dict[str, float]]) -> Result:
