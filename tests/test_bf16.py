@@ -198,7 +198,7 @@ def test_a_bfloat16_model_tunes_its_matmuls_as_tile_knobs_and_stays_accurate(tmp
     tuner = RandomTuner(bf16[0], seed=0)
     tuner.tune(4, option, callbacks=[autotvm.callback.log_to_file(log)])
     assert len(tuner.history) == 4 and all(h["error_no"] == 0 for h in tuner.history), tuner.history
-    with autotvm.apply_history_best(log):
+    with autotvm.apply_history_best(log), pytest.warns(UserWarning, match="tunable functions have no record"):  # one tuned of two
         exe = build_model(spec, mod, params, HOST, "bfloat16")
         best = autotvm.DispatchContext.current_config(bf16[0])
     assert best.index == tuner.best_config.index
@@ -447,7 +447,7 @@ def test_a_bfloat16_network_tunes_its_convolutions_and_stays_accurate(tmp_path):
     tuner = RandomTuner(task, seed=0)
     tuner.tune(3, option, callbacks=[autotvm.callback.log_to_file(log)])
     assert all(h["error_no"] == 0 for h in tuner.history), tuner.history
-    with autotvm.apply_history_best(log):
+    with autotvm.apply_history_best(log), pytest.warns(UserWarning, match="tunable functions have no record"):  # one tuned of several
         exe = build_model(spec, mod, params, HOST, "bfloat16")
         assert autotvm.DispatchContext.current_config(task).index == tuner.best_config.index
     out = relax.VirtualMachine(exe, tvm.cpu())["main"](*[tvm.runtime.tensor(t.numpy()) for t in model.inputs])

@@ -99,7 +99,7 @@ def test_constant_weights_are_prepacked_once(program, measure_opt, tmp_path):
     assert not any("layout_free_buffers" in (t.mod["main"].attrs or {}) for t in autotvm.task.extract_from_program(mod, "llvm"))
     log = str(tmp_path / "bound.json")
     RandomTuner(matmuls[0], seed=0).tune(8, measure_opt, callbacks=[autotvm.callback.log_to_file(log)])
-    with autotvm.apply_history_best(log):
+    with autotvm.apply_history_best(log), pytest.warns(UserWarning, match="tunable functions have no record"):  # one matmul tuned of two
         exe = autotvm.build_program(mod, "llvm", bound)
     vm = relax.VirtualMachine(exe, tvm.cpu())
     out = vm["main"](tvm.runtime.tensor(x))
