@@ -52,15 +52,22 @@ class ApplyHistoryBest:
         self.best = best_by_workload(load_records(records))
         self.stale = StaleRecords()
         self.built: dict[str, Any] = {}  # function name -> the MeasureResult of the record it was built with
+        self.found: dict[Any, tuple[Any, Any] | None] = {}  # (target, task's workload) -> ``record_of``'s answer
 
     def record_of(self, task: Any) -> tuple[Any, Any] | None:
         """(config bound to the task's space, its MeasureResult) of the fastest record of ``task``
-        that fits, or ``None``."""
-        for inp, res in self.best.get(lookup_key(task.target, workload_key(task)), []):
-            cfg = bind_record(inp.config, task, self.stale, res)
-            if cfg is not None:
-                return cfg, res
-        return None
+        that fits, or ``None``. A task's records are bound once: a build that looks a task up
+        again (a template's function: counted, then scheduled) neither binds nor counts its stale
+        records twice."""
+        key = (str(task.target), workload_key(task))  # they set the space, and what a plausible cost is
+        if key not in self.found:
+            self.found[key] = None
+            for inp, res in self.best.get(lookup_key(task.target, workload_key(task)), []):
+                cfg = bind_record(inp.config, task, self.stale, res)
+                if cfg is not None:
+                    self.found[key] = cfg, res
+                    break
+        return self.found[key]
 
     def query(self, target: Any, workload: Any = None) -> Any:
         """The best config of ``query(task)``, bound to the task's space (``None`` if no record
