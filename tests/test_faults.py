@@ -260,8 +260,12 @@ def test_the_benchmark_warns_when_a_build_is_slower_than_its_records(tmp_path):
     assert driver("-m=tune", f"-c={path}").returncode == 0
     log = tmp_path / "out" / "t-mm.json"
     result = driver("-m=benchmark", f"-c={path}")
-    if "slower than the records" in result.stdout:
-        # true of that run, if the other test process's kernels shared its core: it must not repeat
+    for _ in range(2):
+        if "slower than the records" not in result.stdout:
+            break
+        # true of that run, if the other test process's kernels shared its core (seen for seconds
+        # at a time): it must not hold in three runs apart
+        time.sleep(5)
         result = driver("-m=benchmark", f"-c={path}")
     assert result.returncode == 0 and "slower than the records" not in result.stdout, result.stdout[-2000:]
     rows = _records(log)
