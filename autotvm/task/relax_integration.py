@@ -57,7 +57,8 @@ def prepare_program(mod: tvm.IRModule, params: dict | None = None, conv_layout: 
 
     ``conv_algorithm="winograd"`` computes NHWC 3x3 stride-1 convolutions with constant weights by
     Winograd (F(4x4, 3x3), or F(2x2, 3x3) on small maps: ``autotvm.task.winograd``), with the
-    weights transformed here, once; other convolutions stay direct.
+    weights transformed here, once; other convolutions, and those on maps at most 7 wide (bound by
+    reading a weight Winograd makes 1.8x larger), stay direct.
 
     ``precision="bfloat16"`` (CPUs with AVX512-BF16) computes every matmul and NHWC convolution
     with a constant weight in bfloat16 with float32 accumulation, on the micro-kernel of

@@ -8,7 +8,8 @@ AutoTVM and Ansor used for 3x3 convolutions; the TE below follows the block name
 ``conv2d_winograd_nhwc`` so MetaSchedule's own Winograd schedule rules
 (``conv2d_nhwc_winograd_data_pack`` / ``_inverse``) tile it, and the batched GEMM gets the
 usual multi-level tiling. TOPI's variant with a pre-transformed weight is no longer available
-in TVM 0.27, hence this module. Maps at most 14 wide use F(2x2, 3x3) (``tile_for``).
+in TVM 0.27, hence this module. Maps at most 14 wide use F(2x2, 3x3); maps at most 7 wide stay
+direct (``tile_for``).
 
 Float32 results differ from the direct convolution by rounding only (max abs error 4e-7 on
 ResNet-18's output, against PyTorch).
@@ -26,12 +27,18 @@ from .relax_calls import nhwc_conv2d
 
 TILE = 4  # m of F(m x m, 3 x 3) on large maps
 SMALL_MAP_TILE, SMALL_MAP = 2, 14  # m on maps at most SMALL_MAP wide (see ``tile_for``)
+DIRECT_MAP = 7  # maps at most this wide stay direct convolutions (see ``tile_for``)
 
 
-def tile_for(out_h: int, out_w: int) -> int:
+def tile_for(out_h: int, out_w: int) -> int | None:
     """F(4x4) on large maps; F(2x2) on small ones, where the channels are many and the layer
     is weight-bound: the Winograd weight is (m+2)^2/9 times the direct one (4x for F(4x4), 1.8x
-    for F(2x2)), and ResNet's 7x7 and 14x14 layers read theirs from memory on every call."""
+    for F(2x2)), and ResNet's 7x7 and 14x14 layers read theirs from memory on every call. None
+    (the direct convolution) on the smallest: a 7x7 map is 16 tiles of F(2x2), so each Winograd
+    weight serves 16 tiles where the direct one serves 49 pixels, for 1.8x the bytes; the layer is
+    bound by reading its weight, and the direct convolution reads less."""
+    if max(out_h, out_w) <= DIRECT_MAP:
+        return None
     return SMALL_MAP_TILE if max(out_h, out_w) <= SMALL_MAP else TILE
 
 
@@ -116,6 +123,8 @@ class _WinogradRewriter(relax.PyExprMutator):
         padding = tuple(int(p) for p in call.attrs.padding)
         _, h, w, _ = (int(d) for d in data.ty.shape.values)
         tile = tile_for(h + padding[0] + padding[2] - 2, w + padding[1] + padding[3] - 2)
+        if tile is None:
+            return call
         packed = relax.const(transform_weight(weight.value.numpy(), tile))
         return self.builder_.call_te(winograd_nhwc, data, packed, padding, primfunc_name_hint="conv2d_winograd")
 
