@@ -6,8 +6,10 @@ Worker processes import TVM once (~3 s); sharing the builder and runner keeps th
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import os
+import tempfile
 
 import numpy as np
 import pytest
@@ -27,6 +29,24 @@ def metaschedule_logger_propagates():
     next tuning would then fail on those unnamed handlers (MetaSchedule's ``create_loggers`` lists
     its logger's handlers by name). Propagating between tests keeps them on the root logger."""
     logging.getLogger("tvm.s_tir.meta_schedule").propagate = True
+
+
+@pytest.fixture(autouse=True)
+def machine_to_itself(request):
+    """A test marked ``alone`` runs while no other test does (another worker's, or another run's
+    on this machine): it compares a time measured now with one measured earlier (a benchmark against its tune's
+    records), which another worker's tuning on the same cores can make several times slower
+    for many seconds. Every test holds a shared lock while it runs; an ``alone`` test takes it
+    exclusively, first closing a gate that keeps the other workers from starting their next test.
+    The lock files are this user's, so the tests of another run on the machine wait too."""
+    alone = request.node.get_closest_marker("alone") is not None
+    base = os.path.join(tempfile.gettempdir(), f"autotvm-tests-{os.getuid()}")
+    with open(base + ".gate", "a") as gate, open(base + ".running", "a") as running:
+        fcntl.flock(gate, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        fcntl.flock(running, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        if not alone:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        yield  # closing the files releases the locks
 
 
 @pytest.fixture(autouse=True)

@@ -247,6 +247,7 @@ def test_a_forged_fast_record_is_never_chosen(tmp_path, matmul_task, measure_opt
     assert again["result"][1] == 0 and again["result"][3] > slowest["result"][3]  # a new timing
 
 
+@pytest.mark.alone
 def test_the_benchmark_warns_when_a_build_is_slower_than_its_records(tmp_path):
     """Records ten times faster than the build really runs (measured on another machine, say) are
     plausible, so they are used; the benchmark then names the functions that lag them."""
@@ -263,8 +264,8 @@ def test_the_benchmark_warns_when_a_build_is_slower_than_its_records(tmp_path):
     for _ in range(2):
         if "slower than the records" not in result.stdout:
             break
-        # true of that run, if the other test process's kernels shared its core (seen for seconds
-        # at a time): it must not hold in three runs apart
+        # true of that run, if another program shared its core for a moment (the other test
+        # workers wait: ``alone``): it must not hold in three runs apart
         time.sleep(5)
         result = driver("-m=benchmark", f"-c={path}")
     assert result.returncode == 0 and "slower than the records" not in result.stdout, result.stdout[-2000:]
