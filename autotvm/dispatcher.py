@@ -59,10 +59,11 @@ class ApplyHistoryBest:
         that fits, or ``None``. A task's records are bound once: a build that looks a task up
         again (a template's function: counted, then scheduled) neither binds nor counts its stale
         records twice."""
-        key = (str(task.target), workload_key(task))  # they set the space, and what a plausible cost is
+        workload = workload_key(task)
+        key = (str(task.target), workload)  # they set the space, and what a plausible cost is
         if key not in self.found:
             self.found[key] = None
-            for inp, res in self.best.get(lookup_key(task.target, workload_key(task)), []):
+            for inp, res in self.best.get(lookup_key(task.target, workload), []):
                 cfg = bind_record(inp.config, task, self.stale, res)
                 if cfg is not None:
                     self.found[key] = cfg, res

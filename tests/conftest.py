@@ -34,11 +34,11 @@ def metaschedule_logger_propagates():
 @pytest.fixture(autouse=True)
 def machine_to_itself(request):
     """A test marked ``alone`` runs while no other test does (another worker's, or another run's
-    on this machine): it compares a time measured now with one measured earlier (a benchmark against its tune's
-    records), which another worker's tuning on the same cores can make several times slower
-    for many seconds. Every test holds a shared lock while it runs; an ``alone`` test takes it
-    exclusively, first closing a gate that keeps the other workers from starting their next test.
-    The lock files are this user's, so the tests of another run on the machine wait too."""
+    on this machine): it compares a time measured now with one measured earlier (a benchmark
+    against its tune's records), which another worker's tuning on the same cores can make several
+    times slower for many seconds. Every test holds a shared lock while it runs; an ``alone`` test
+    takes it exclusively, first closing a gate that keeps the other workers from starting their
+    next test. The lock files are this user's, so the tests of another run on the machine wait too."""
     alone = request.node.get_closest_marker("alone") is not None
     base = os.path.join(tempfile.gettempdir(), f"autotvm-tests-{os.getuid()}")
     with open(base + ".gate", "a") as gate, open(base + ".running", "a") as running:
