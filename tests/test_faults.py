@@ -340,7 +340,7 @@ def test_builds_that_die_under_a_file_size_limit_stop_the_tune_without_fake_fail
     assert not log.exists() or all(row["result"][1] == 0 for row in _records(log))
 
 
-def test_no_worker_outlives_a_tune_killed_with_sigkill(tmp_path):
+def test_no_worker_outlives_a_tune_killed_with_sigkill_and_the_next_tune_removes_its_builds(tmp_path, monkeypatch):
     import psutil
 
     path, config = tiny_config(tmp_path)
@@ -348,8 +348,11 @@ def test_no_worker_outlives_a_tune_killed_with_sigkill(tmp_path):
     with open(path, "w") as handle:
         json.dump(config, handle)
     log = tmp_path / "out" / "t-mm.json"
+    temp = tmp_path / "temp"
+    temp.mkdir()
     proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "driver.py"), "-m=tune", f"-c={path}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=project_env())
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=dict(project_env(), TMPDIR=str(temp)))
     deadline = time.time() + 120
     while time.time() < deadline and (not log.exists() or len(log.read_text().splitlines()) < 4):
         time.sleep(0.2)
@@ -359,6 +362,19 @@ def test_no_worker_outlives_a_tune_killed_with_sigkill(tmp_path):
     proc.wait()
     _, alive = psutil.wait_procs(workers, timeout=10)
     assert not alive, [(p.pid, p.cmdline()) for p in alive]
+
+    (killed,) = [d for d in temp.iterdir() if d.name.startswith(f"autotvm-build-{proc.pid}-")]  # left behind
+    (killed / "kernel.so").write_bytes(b"")
+    live, recent = temp / f"autotvm-build-{os.getpid()}-x", temp / f"autotvm-build-{proc.pid}-y"
+    live.mkdir(), recent.mkdir()
+    hours_ago = time.time() - 2 * 3600
+    for folder in (killed, live):
+        os.utime(folder, (hours_ago, hours_ago))
+    monkeypatch.setattr("tempfile.tempdir", str(temp))
+    builder = autotvm.LocalBuilder(n_parallel=1)
+    builder.close()
+    assert not killed.exists()  # the killed tune's, untouched for over an hour
+    assert live.exists() and recent.exists()  # a live process's, and one touched a moment ago
 
 
 def test_older_logs_failures_of_the_machinery_are_measured_again_on_resume(tmp_path, matmul_task, measure_opt):

@@ -31,6 +31,8 @@ from . import workers
 from .measure import BuildResult, MeasureErrorNo, MeasureInput, MeasureResult, failed, full_disk_error
 
 logger = logging.getLogger("autotvm")
+BUILD_DIR_PREFIX = "autotvm-build-"  # then the tuning process's id: the folders of the builds
+ORPHAN_AGE_S = 3600  # a build folder whose process is gone is removed once untouched this long
 WATCH_S = 0.5  # how often an RPCRunner asks the tracker, during a batch, whether its server is still there
 
 
@@ -189,7 +191,8 @@ class LocalBuilder:
         check_int("builder max_worker_uses", max_worker_uses)
         self.remove_layout_rewrite = remove_layout_rewrite
         self.max_worker_uses = max_worker_uses
-        self.build_dir = tempfile.mkdtemp(prefix="autotvm-build-")
+        _remove_orphaned_build_dirs()
+        self.build_dir = tempfile.mkdtemp(prefix=f"{BUILD_DIR_PREFIX}{os.getpid()}-")
         self._largest = 0  # bytes of the largest library built so far
         self._pool = _Workers(self.n_parallel, self.timeout, self.max_worker_uses)
         self._lock = threading.Lock()  # rounds of several tasks may build at once (``TaskScheduler``)
@@ -285,6 +288,39 @@ class LocalBuilder:
     def close(self) -> None:
         self._pool.close()
         shutil.rmtree(self.build_dir, ignore_errors=True)
+
+
+def _remove_orphaned_build_dirs() -> None:
+    """Remove the build folders of tuning processes that ended without removing theirs (killed
+    with SIGKILL, or by the kernel when memory ran out): a folder's name holds its process's id,
+    and one untouched for ``ORPHAN_AGE_S`` whose process is not found here is removed (the age
+    spares a live tune in another PID namespace that shares this temporary folder)."""
+    root = tempfile.gettempdir()
+    try:
+        names = [name for name in os.listdir(root) if name.startswith(BUILD_DIR_PREFIX)]
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(BUILD_DIR_PREFIX):].split("-", 1)[0]
+        if not pid.isdigit() or _process_exists(int(pid)):
+            continue
+        path = os.path.join(root, name)
+        try:
+            info = os.stat(path)
+        except OSError:
+            continue
+        if info.st_uid == os.getuid() and time.time() - info.st_mtime > ORPHAN_AGE_S:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _warm_up() -> None:
