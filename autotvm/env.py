@@ -8,6 +8,7 @@ expensive import of TVM's tensor intrinsics happens at most once per process.
 from __future__ import annotations
 
 import functools
+import glob
 import importlib
 import importlib.util
 import inspect
@@ -225,6 +226,25 @@ def runtime_threads(target: tvm.target.Target) -> int:
     """The threads code built for ``target`` runs with: the target's ``num-cores`` (``make_target``
     fills in this machine's), else the cores this process may use (``host_cores``)."""
     return int(target.attrs.get("num-cores", 0) or host_cores())
+
+
+def private_cache_bytes(default: int = 2 << 20) -> int:
+    """The largest cache a core has to itself (on most CPUs its L2), from Linux's sysfs: the
+    largest cache of CPU 0 below the last level; ``default`` where sysfs does not say."""
+    sizes: dict[int, int] = {}
+    for index in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*"):
+        try:
+            with open(os.path.join(index, "level"), encoding="utf-8") as handle:
+                level = int(handle.read())
+            with open(os.path.join(index, "size"), encoding="utf-8") as handle:
+                size = handle.read().strip()
+        except (OSError, ValueError):
+            continue
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1:], 1)
+        if size.rstrip("KMG").isdigit():
+            sizes[level] = max(sizes.get(level, 0), int(size.rstrip("KMG")) * scale)
+    below_last = [size for level, size in sizes.items() if level < max(sizes, default=0)]
+    return max(below_last, default=default)
 
 
 def use_runtime_threads(threads: Any) -> None:

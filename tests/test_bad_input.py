@@ -101,3 +101,12 @@ def test_the_task_entry_points_check_their_arguments(make, words):
     with pytest.raises(AutoTVMError) as err:
         make()
     assert words in _one_line(err)
+
+
+@pytest.mark.parametrize("runner,flush", [("LocalRunner", "l2"), ("LocalRunner", 1), ("RPCRunner", "private")])
+def test_a_cache_flush_the_runner_cannot_do(runner, flush):
+    args = ("key", "127.0.0.1", 9190) if runner == "RPCRunner" else ()
+    with pytest.raises(AutoTVMError) as err:
+        getattr(autotvm, runner)(*args, enable_cpu_cache_flush=flush)
+    message = _one_line(err)
+    assert "enable_cpu_cache_flush" in message and ("private" in message or "true or false" in message), message

@@ -441,6 +441,9 @@ def test_cuda_without_a_gpu_is_one_line_for_tune_benchmark_and_experiment(tmp_pa
     ({"run_settings": {"precision": "int4"}}, ["run_settings.precision", "'int4'", "float32"]),
     ({"autotuner_settings": {"rounds_in_flight": 2}}, ["rounds_in_flight", "needs a CUDA target", "'llvm'"]),
     ({"autotuner_settings": {"rounds_in_flight": 0}}, ["autotuner_settings.rounds_in_flight", "0"]),
+    ({"autotuner_settings": {"enable_cpu_cache_flush": "l2"}}, ["enable_cpu_cache_flush", "'l2'", "false, true, private"]),
+    ({"autotuner_settings": {"enable_cpu_cache_flush": "private", "rpc": {"key": "k", "host": "h", "port": 9190}}},
+     ["enable_cpu_cache_flush", "'private'", "RPC server", "true or false"]),
     # what a model names, before anything loads
     ({"models": [{"name": "mm65", "type": "op"}]}, ["models.mm65.workload", "'mm65'", "mm64"]),
     ({"models": [{"name": "x", "type": "torch", "model": "cnnn"}]}, ["models.x.model", "'cnnn'", "cnn"]),

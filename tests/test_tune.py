@@ -77,16 +77,12 @@ def test_xgb_program_features(matmul_task, measure_opt):
     assert len({row["index"] for row in tuner.history}) == 10
 
 
-def test_cpu_cache_flush_measures_cold_runs(builder):
-    """``enable_cpu_cache_flush`` (from the config) times every repeat after a cache flush. The
-    kernel walks a 256 KB table (in L2 on every CPU here) one dependent load after another, at
-    positions no prefetcher can guess, so each line it reads after a flush waits for memory; a
-    streaming kernel would not show it where prefetchers keep up with memory. The fastest repeats
-    are compared: another process on the cores only slows repeats down, so every cold repeat must
-    be slower than the fastest warm one; a disturbed warm one is ignored."""
+def _walk_task():
+    """A kernel that walks a 256 KB table (in L2 on every CPU here) one dependent load after
+    another, at positions no prefetcher can guess, so each line it reads waits for the cache or
+    memory that holds it; a streaming kernel would not show where its data is, where prefetchers
+    keep up."""
     from tvm.script import tirx as T
-
-    from tools.config import load_config
 
     lines = 4096  # cache lines of 64 bytes
 
@@ -99,7 +95,17 @@ def test_cpu_cache_flush_measures_cold_runs(builder):
             i = T.Cast("int64", k)
             out[0] = (T.Cast("int64", table[out[0] * 16]) + i * i * 7919 + i * 104729) % lines
 
-    task = autotvm.task.create_from_primfunc(walk, "llvm", name="walk256k")
+    return autotvm.task.create_from_primfunc(walk, "llvm", name="walk256k")
+
+
+def test_cpu_cache_flush_measures_cold_runs(builder):
+    """``enable_cpu_cache_flush`` (from the config) times every repeat after a cache flush: the
+    walk of ``_walk_task`` then waits for memory at each line. The fastest repeats are compared:
+    another process on the cores only slows repeats down, so every cold repeat must be slower
+    than the fastest warm one; a disturbed warm one is ignored."""
+    from tools.config import load_config
+
+    task = _walk_task()
     settings = {"n_parallel": 2, "timeout": 10, "number": 1, "repeat": 7, "min_repeat_ms": 0,
                 "enable_cpu_cache_flush": True}
     cold_runner = load_config(json.dumps({"autotuner_settings": settings})).autotuner_settings.measure_option()["runner"]
@@ -123,6 +129,30 @@ def test_cpu_cache_flush_measures_cold_runs(builder):
         cold_runner.close()
         warm_runner.close()
     assert min(cold.costs) > 3 * min(warm.costs), timings
+
+
+def test_evicting_the_private_caches_times_runs_from_the_last_level_cache(builder):
+    """``enable_cpu_cache_flush: "private"`` evicts each core's own caches before every repeat and
+    leaves the shared last-level cache as it was: the walk of ``_walk_task`` then finds its table
+    there, slower than in L2 (no eviction) and faster than in memory (``True``: every level
+    flushed). Up to three passes, as above, each pass's fastest repeats compared."""
+    task = _walk_task()
+    inputs = [autotvm.MeasureInput(task.target, task, task.config_space.get(0))]
+    timings = []
+    for _ in range(3):
+        fastest = {}
+        for flush in (False, "private", True):
+            runner = autotvm.LocalRunner(number=1, repeat=7, timeout=10, enable_cpu_cache_flush=flush)
+            try:
+                result = runner.run(inputs, builder.build(inputs))[0]
+            finally:
+                runner.close()  # its worker's threads would spin on the cores the next runs need
+            assert result.error_no == 0, result
+            fastest[flush] = min(result.costs)
+        timings.append(fastest)
+        if fastest["private"] > 1.5 * fastest[False] and fastest[True] > 1.5 * fastest["private"]:
+            break
+    assert fastest["private"] > 1.5 * fastest[False] and fastest[True] > 1.5 * fastest["private"], timings
 
 
 def _worker_threads() -> int:

@@ -81,7 +81,7 @@ SCHEMA: dict = {
                 "save_path": _with({"type": "string", "minLength": 1}, "results"),
                 "save_name": _with(_PLAIN_NAME, "tuning"),
                 "check_correctness": _with({"type": "boolean"}, False),
-                "enable_cpu_cache_flush": _with({"type": "boolean"}, False),
+                "enable_cpu_cache_flush": _with({"enum": [False, True, "private"]}, False),
                 "tuner_options": _with({"type": "object", "properties": TUNER_RULES, "additionalProperties": False}, {}),
                 "rpc": {"type": "object", "required": ["key", "host", "port"], "additionalProperties": False,
                         "properties": {"key": {"type": "string", "minLength": 1}, "host": {"type": "string"},
@@ -160,7 +160,8 @@ def _explain(error: jsonschema.ValidationError) -> str:
         return f"config key {key}: {error.instance!r} is not allowed; allowed: {', '.join(VARIANTS)}, or " \
                f"{TUNED_FROM}<save_name> (the records of another tune of the model, in save_path)"
     if error.validator == "enum":
-        return f"config key {key}: {error.instance!r} is not allowed; allowed: {', '.join(map(str, error.validator_value))}"
+        allowed = (value if isinstance(value, str) else json.dumps(value) for value in error.validator_value)
+        return f"config key {key}: {error.instance!r} is not allowed; allowed: {', '.join(allowed)}"
     if error.validator == "additionalProperties":
         known = error.schema.get("properties", {})
         unknown = ", ".join(repr(k) for k in sorted(set(error.instance) - set(known)))
@@ -214,6 +215,7 @@ def load_config(arg: str, overrides: list[str] = ()) -> Config:
     _DefaultFillingValidator(SCHEMA).validate(data)
     _check_precision(data)
     _check_rounds_in_flight(data)
+    _check_cache_flush(data)
     experiments = data["experiments"]
     check_tuner_variants(experiments["tuners"], experiments["tuner_options"], "experiments.tuners",
                          "experiments.tuner_options")
@@ -290,6 +292,15 @@ def _check_rounds_in_flight(data: dict) -> None:
     if rounds is not None and rounds > 1 and kind != "cuda":
         raise AutoTVMError(f"config key autotuner_settings.rounds_in_flight: {rounds} needs a CUDA target (target is "
                            f"{kind!r}); on a CPU the runs would share the cores with the builds: use 1 or leave it out")
+
+
+def _check_cache_flush(data: dict) -> None:
+    """``enable_cpu_cache_flush: "private"`` evicts the caches of this machine's cores: an RPC
+    server's runtime knows only TVM's own flush."""
+    tuning = data["autotuner_settings"]
+    if tuning["enable_cpu_cache_flush"] == "private" and tuning.get("rpc"):
+        raise AutoTVMError("config key autotuner_settings.enable_cpu_cache_flush: 'private' evicts the caches of this "
+                           "machine's cores, not an RPC server's; use true or false with autotuner_settings.rpc")
 
 
 def _check_experiment_models(data: dict) -> None:

@@ -18,6 +18,7 @@ import tvm
 
 import autotvm
 from autotvm.env import load_tensor_intrinsics, use_cuda_compiler, use_runtime_threads
+from autotvm.measure.workers import run_evaluator_private
 
 from .settings import TuningSettings
 from .stats import trials_to_fraction
@@ -47,9 +48,11 @@ def _builder_and_runner(settings: TuningSettings, target: Any) -> tuple[Any, Any
     if autotvm.make_target(target).kind.name == "cuda":
         use_cuda_compiler()
     builder = ms.builder.LocalBuilder(max_workers=settings.n_parallel, f_build=fast_build)
+    private = settings.enable_cpu_cache_flush == "private"  # evicted by our evaluator, as our runner does
     runner = ms.runner.LocalRunner(evaluator_config=ms.runner.EvaluatorConfig(
         number=settings.number, repeat=settings.repeat, min_repeat_ms=settings.min_repeat_ms,
-        enable_cpu_cache_flush=settings.enable_cpu_cache_flush))
+        enable_cpu_cache_flush=settings.enable_cpu_cache_flush is True),
+        f_run_evaluator=run_evaluator_private if private else None)
     return builder, runner
 
 

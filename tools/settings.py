@@ -43,7 +43,7 @@ class TuningSettings:
     save_path: str
     save_name: str
     check_correctness: bool
-    enable_cpu_cache_flush: bool
+    enable_cpu_cache_flush: bool | str  # False, True or "private" (autotvm.LocalRunner)
     tuner_options: dict = field(default_factory=dict)
     rpc: RPCSettings | None = None
 

@@ -24,7 +24,7 @@ from typing import Any, Sequence
 
 from tvm.support.popen_pool import PopenPoolExecutor, PopenWorker
 
-from ..checks import AutoTVMError, check, check_int, check_number, integer, text
+from ..checks import AutoTVMError, check, check_int, check_number, choice, integer, text
 from ..env import allowed_cpus, cuda_compiler, device_exists, device_of, host_cores, runtime_threads
 from ..task.space import InstantiationError
 from . import workers
@@ -32,6 +32,7 @@ from .measure import BuildResult, MeasureErrorNo, MeasureInput, MeasureResult, f
 
 logger = logging.getLogger("autotvm")
 BUILD_DIR_PREFIX = "autotvm-build-"  # then the tuning process's id: the folders of the builds
+CACHE_FLUSHES = (False, True, "private")  # LocalRunner's enable_cpu_cache_flush
 ORPHAN_AGE_S = 3600  # a build folder whose process is gone is removed once untouched this long
 WATCH_S = 0.5  # how often an RPCRunner asks the tracker, during a batch, whether its server is still there
 
@@ -362,12 +363,17 @@ class LocalRunner:
     slowest dropped when there are more than two), each repeat lasting at least
     ``min_repeat_ms``. A run that exceeds ``timeout`` seconds or crashes is recorded as such.
     ``check_correctness`` compares every config's outputs with the untuned program's.
+    ``enable_cpu_cache_flush`` sets the caches a CPU kernel finds at each repeat: ``False``, as
+    the last repeat left them (its data in the cores' caches); ``True``, every argument but the
+    first flushed from all of them (AutoTVM's x86 option); ``"private"``, each core's own caches
+    (L1, L2) holding none of its data, the shared last-level cache as it was: as inside a network,
+    where the last kernel's output is close and the weights were last read a run ago.
     """
 
     n_parallel = 1
 
     def __init__(self, timeout: float = 10, number: int = 4, repeat: int = 3, min_repeat_ms: int = 0,
-                 cooldown_interval: float = 0.0, enable_cpu_cache_flush: bool = False,
+                 cooldown_interval: float = 0.0, enable_cpu_cache_flush: bool | str = False,
                  check_correctness: bool = False, max_worker_uses: int = 500) -> None:
         check_number("runner timeout", timeout, 0, strict=True)
         check_number("runner cooldown_interval", cooldown_interval, 0)
@@ -377,7 +383,8 @@ class LocalRunner:
         self.timeout = float(timeout)
         self.number, self.repeat, self.min_repeat_ms = int(number), int(repeat), int(min_repeat_ms)
         self.cooldown_interval = float(cooldown_interval)
-        self.enable_cpu_cache_flush = enable_cpu_cache_flush
+        self.enable_cpu_cache_flush = check("runner enable_cpu_cache_flush", enable_cpu_cache_flush,
+                                            choice(CACHE_FLUSHES))
         self.check_correctness = check_correctness
         self.max_worker_uses = max_worker_uses
         self._pool: _Workers | None = None  # sized for ``_threads``
@@ -457,7 +464,7 @@ class LocalRunner:
         device, reference = self._tasks.get(task) or (device_of(task.target), None)
         job = {"path": build.filename, "arg_info": build.arg_info, "device": device, "number": self.number,
                "repeat": self.repeat, "min_repeat_ms": self.min_repeat_ms,
-               "flush": self.enable_cpu_cache_flush and device == "cpu", "tracker": self._tracker()}
+               "flush": self.enable_cpu_cache_flush if device == "cpu" else False, "tracker": self._tracker()}
         if reference and build.check_filename:
             job.update(reference_path=reference, check_path=build.check_filename[0],
                        check_arg_info=build.check_filename[1])
@@ -531,11 +538,14 @@ class RPCRunner(LocalRunner):
 
     def __init__(self, key: str, host: str, port: int, priority: int = 1, timeout: float = 10,
                  n_parallel: int | None = None, number: int = 4, repeat: int = 3, min_repeat_ms: int = 0,
-                 cooldown_interval: float = 0.0, enable_cpu_cache_flush: bool = False,
+                 cooldown_interval: float = 0.0, enable_cpu_cache_flush: bool | str = False,
                  check_correctness: bool = False, server_wait: float = 300) -> None:
         super().__init__(timeout, number, repeat, min_repeat_ms, cooldown_interval, enable_cpu_cache_flush,
                          check_correctness)
         check("RPCRunner key", key, text())
+        if self.enable_cpu_cache_flush == "private":
+            raise AutoTVMError("RPCRunner enable_cpu_cache_flush must be true or false: 'private' evicts the caches "
+                               "of this machine's cores, not the RPC server's")
         check("RPCRunner port", port, integer(1, 65535))
         check_number("RPCRunner server_wait (seconds)", server_wait, 0)
         self.key, self.host, self.port, self.priority = key, host, int(port), priority

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..env import find_nvcc, use_cuda_compiler
+from ..env import find_nvcc, private_cache_bytes, use_cuda_compiler
 from ..lowering import tir_pipeline
 
 _REFERENCE_OUTPUTS: dict[str, list] = {}
@@ -233,6 +233,66 @@ def _timing_args(arg_info: list, dev: Any) -> list:
     return _TIMING_ARGS[key]
 
 
+EVICTOR = "autotvm.evict_private_caches"
+EVICT_FACTOR = 4  # bytes each thread reads, in private caches' sizes, to evict its core's
+
+
+def _preprocessor(flush: bool | str) -> str:
+    """The ``time_evaluator`` preprocessor run before each timed repeat: none (the caches as the
+    last repeat left them), TVM's flush of every argument but the first (``True``), or for
+    ``"private"`` ``EVICTOR``, which leaves each core's private caches holding none of the
+    kernel's data and the last-level cache as it was, as a kernel finds them inside a network:
+    its input just written, its weights last read a whole run ago."""
+    if flush == "private":
+        _register_evictor()
+        return EVICTOR
+    return "cache_flush_cpu_non_first_arg" if flush else ""
+
+
+def _register_evictor() -> None:
+    """Register ``EVICTOR`` in this worker, once: a kernel whose threads (the runtime's, one row
+    each) read a buffer of ``EVICT_FACTOR`` private caches each."""
+    import tvm
+    from tvm import te
+
+    if tvm.get_global_func(EVICTOR, allow_missing=True) is not None:
+        return
+    threads = int(os.environ.get("TVM_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
+    lanes = 16
+    n = EVICT_FACTOR * private_cache_bytes() // (4 * lanes)
+    data = te.placeholder((threads, n, lanes), "float32", name="data")
+    k = te.reduce_axis((0, n), "k")
+    sums = te.compute((threads, lanes), lambda i, v: te.sum(data[i, k, v], axis=k), name="sums")
+    sch = tvm.s_tir.Schedule(te.create_prim_func([data, sums]))
+    block = sch.get_sblock("sums")
+    i, v, k = sch.get_loops(block)
+    sch.reorder(i, k, v)  # LLVM makes the 16 lanes one vector
+    sch.parallel(i)
+    kernel = tvm.compile(sch.mod, target="llvm")
+    dev = tvm.cpu()
+    buffers = (tvm.runtime.tensor(np.ones((threads, n, lanes), "float32"), dev),
+               tvm.runtime.empty((threads, lanes), "float32", dev))
+
+    def evict(*_args: Any) -> None:
+        kernel(*buffers)
+
+    tvm.register_global_func(EVICTOR, evict)
+
+
+def run_evaluator_private(rt_mod: Any, device: Any, evaluator_config: Any, repeated_args: list) -> list[float]:
+    """MetaSchedule's run evaluator (its ``LocalRunner``'s ``f_run_evaluator``) with each
+    core's private caches evicted before each repeat, as ``run_artifact`` times with
+    ``flush="private"``."""
+    evaluator = rt_mod.time_evaluator(rt_mod.entry_name, device, number=evaluator_config.number,
+                                      repeat=evaluator_config.repeat, min_repeat_ms=evaluator_config.min_repeat_ms,
+                                      f_preproc=_preprocessor("private"))
+    costs = []
+    for args in repeated_args:
+        device.sync()
+        costs += [float(cost) for cost in evaluator(*args).results]
+    return costs
+
+
 def run_artifact(job: dict) -> tuple:
     """Time one built library on its device; optionally check it against the reference.
 
@@ -263,8 +323,7 @@ def run_artifact(job: dict) -> tuple:
     args = _timing_args(job["arg_info"], dev) if session is None else \
         [tvm.runtime.tensor(a, dev) for a in random_inputs(job["arg_info"])]
     timer = module.time_evaluator("main", dev, number=job["number"], repeat=job["repeat"],
-                                  min_repeat_ms=job["min_repeat_ms"],
-                                  f_preproc="cache_flush_cpu_non_first_arg" if job["flush"] else "")
+                                  min_repeat_ms=job["min_repeat_ms"], f_preproc=_preprocessor(job["flush"]))
     costs = list(timer(*args).results)
     if len(costs) > 2:  # AutoTVM's convention: drop the fastest and slowest repeat
         costs = sorted(costs)[1:-1]
