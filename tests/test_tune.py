@@ -343,3 +343,18 @@ def test_no_worker_starts_once_the_process_exits(monkeypatch):
         assert not started
     finally:
         pool.close()
+
+
+def test_metaschedule_beside_our_tuners_times_with_the_same_private_eviction():
+    """With ``"private"``, MetaSchedule's runner evicts the private caches through our evaluator
+    (its own config flag knows only TVM's flush, which is left off)."""
+    from autotvm.measure.workers import run_evaluator_private
+    from tools.config import load_config
+    from tools.metaschedule import cache_flush
+
+    def flush(value):
+        return cache_flush(load_config(json.dumps({"autotuner_settings": {"enable_cpu_cache_flush": value}}))
+                           .autotuner_settings)
+
+    assert flush("private") == (False, run_evaluator_private)
+    assert flush(True) == (True, None) and flush(False) == (False, None)

@@ -48,12 +48,19 @@ def _builder_and_runner(settings: TuningSettings, target: Any) -> tuple[Any, Any
     if autotvm.make_target(target).kind.name == "cuda":
         use_cuda_compiler()
     builder = ms.builder.LocalBuilder(max_workers=settings.n_parallel, f_build=fast_build)
-    private = settings.enable_cpu_cache_flush == "private"  # evicted by our evaluator, as our runner does
+    flush, evaluator = cache_flush(settings)
     runner = ms.runner.LocalRunner(evaluator_config=ms.runner.EvaluatorConfig(
         number=settings.number, repeat=settings.repeat, min_repeat_ms=settings.min_repeat_ms,
-        enable_cpu_cache_flush=settings.enable_cpu_cache_flush is True),
-        f_run_evaluator=run_evaluator_private if private else None)
+        enable_cpu_cache_flush=flush), f_run_evaluator=evaluator)
     return builder, runner
+
+
+def cache_flush(settings: TuningSettings) -> tuple[bool, Callable | None]:
+    """MetaSchedule's runner's ``enable_cpu_cache_flush`` and run evaluator for ours: its flag
+    knows TVM's flush only; ``"private"`` is our evaluator's (``workers.run_evaluator_private``)."""
+    if settings.enable_cpu_cache_flush == "private":
+        return False, run_evaluator_private
+    return bool(settings.enable_cpu_cache_flush), None
 
 
 def _space(target: Any) -> Any:
