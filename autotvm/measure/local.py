@@ -366,8 +366,9 @@ class LocalRunner:
     ``enable_cpu_cache_flush`` sets the caches a CPU kernel finds at each repeat: ``False``, as
     the last repeat left them (its data in the cores' caches); ``True``, every argument but the
     first flushed from all of them (AutoTVM's x86 option); ``"private"``, each core's own caches
-    (L1, L2) holding none of its data, the shared last-level cache as it was: as inside a network,
-    where the last kernel's output is close and the weights were last read a run ago.
+    (L1, L2) emptied of its data, inputs included, and the shared last-level cache left as it was:
+    as inside a network, where the other kernels' data evicts a kernel's from the cores' caches
+    between its calls but a network whose weights fit the last-level cache keeps them there.
     """
 
     n_parallel = 1

@@ -240,9 +240,8 @@ EVICT_FACTOR = 4  # bytes each thread reads, in private caches' sizes, to evict 
 def _preprocessor(flush: bool | str) -> str:
     """The ``time_evaluator`` preprocessor run before each timed repeat: none (the caches as the
     last repeat left them), TVM's flush of every argument but the first (``True``), or for
-    ``"private"`` ``EVICTOR``, which leaves each core's private caches holding none of the
-    kernel's data and the last-level cache as it was, as a kernel finds them inside a network:
-    its input just written, its weights last read a whole run ago."""
+    ``"private"`` ``EVICTOR``, which empties each core's private caches of the kernel's data and
+    leaves the last-level cache as it was (``LocalRunner``)."""
     if flush == "private":
         _register_evictor()
         return EVICTOR
