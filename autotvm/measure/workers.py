@@ -256,7 +256,7 @@ def _register_evictor() -> None:
 
     if tvm.get_global_func(EVICTOR, allow_missing=True) is not None:
         return
-    threads = int(os.environ.get("TVM_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
+    threads = tvm.get_global_func("runtime.NumThreads")()  # the pool's threads, as TVM counts them
     lanes = 16
     n = EVICT_FACTOR * private_cache_bytes() // (4 * lanes)
     data = te.placeholder((threads, n, lanes), "float32", name="data")
