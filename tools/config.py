@@ -20,6 +20,7 @@ import jsonschema
 from autotvm.checks import AutoTVMError, Validator, describe
 from autotvm.tuner.task_scheduler import STRATEGIES
 from autotvm.env import host_cores, make_target
+from autotvm.measure.local import CACHE_FLUSHES
 from autotvm.task.relax_integration import CONV_ALGORITHMS, CONV_LAYOUTS, PRECISIONS, check_precision
 
 from .experiments import EXPERIMENTS
@@ -81,7 +82,7 @@ SCHEMA: dict = {
                 "save_path": _with({"type": "string", "minLength": 1}, "results"),
                 "save_name": _with(_PLAIN_NAME, "tuning"),
                 "check_correctness": _with({"type": "boolean"}, False),
-                "enable_cpu_cache_flush": _with({"enum": [False, True, "private"]}, False),
+                "enable_cpu_cache_flush": _with({"enum": list(CACHE_FLUSHES)}, False),
                 "tuner_options": _with({"type": "object", "properties": TUNER_RULES, "additionalProperties": False}, {}),
                 "rpc": {"type": "object", "required": ["key", "host", "port"], "additionalProperties": False,
                         "properties": {"key": {"type": "string", "minLength": 1}, "host": {"type": "string"},
