@@ -1,4 +1,5 @@
-"""How a tuned function is lowered: TVM's own TIR pipeline, plus two passes for the CPU.
+"""How a tuned function is lowered: TVM's own TIR pipeline, plus two passes for the CPU and one
+pass skipped where it only costs build time (``_lowering``).
 
 TVM lowers a buffer a function allocates on the CPU to the stack only under 1 KB
 (``LowerTVMBuiltin``); a larger one it takes from the runtime's workspace pool, a call to allocate
@@ -122,10 +123,43 @@ def one_instruction_casts(func: Any, mod: Any, ctx: Any) -> Any:
                                             body))
 
 
+# the blocks of a Winograd transform (task.winograd), which MetaSchedule's rules unroll whole
+UNROLLED_TRANSFORMS = ("conv2d_nhwc_winograd_data_pack", "conv2d_nhwc_winograd_inverse")
+RENORMALIZE = "s_tir.RenormalizeSplitPattern"
+
+
+def _unrolled_transform(func: Any) -> bool:
+    def transform(block: Any) -> Any:
+        rule = block.annotations.get("schedule_rule")
+        return tvm_ffi.VisitInterrupt() if rule is not None and str(rule) in UNROLLED_TRANSFORMS else None
+
+    return tvm_ffi.structural_walk(func.body, (tvm.s_tir.SBlock, transform), order="pre") is not None
+
+
+def _lowering(lower: Any) -> Any:
+    """TVM's lowering, which skips ``RENORMALIZE`` on a module whose every function holds a
+    Winograd transform: a trial of a Winograd task. Unrolled, the transform is a term per pair of
+    entries of a constant matrix, and the pass (index arithmetic for GPUs) spends a good part of
+    the build on them, where it mostly leaves the assembly as it is and otherwise changes the
+    kernel's time by no more than timing noise (docs/findings.md, 7). A build that holds other
+    functions too (a model's) keeps the pass."""
+
+    @tvm.transform.module_pass(opt_level=0, name="autotvm.Lower")
+    def lowered(mod: Any, ctx: Any) -> Any:
+        funcs = [func for _, func in mod.functions_items() if isinstance(func, tvm.tirx.PrimFunc)]
+        if not funcs or not all(_unrolled_transform(func) for func in funcs):
+            return lower(mod)
+        with tvm.transform.PassContext(opt_level=ctx.opt_level, config=ctx.config, instruments=list(ctx.instruments),
+                                       disabled_pass=[*ctx.disabled_pass, RENORMALIZE]):
+            return lower(mod)
+
+    return lowered
+
+
 def _cpu_pipeline() -> tuple:
     lower, host, device = tvm.tirx.get_tir_pipeline("default")
     # the casts' LLVM carries KERNEL_ATTR too: sums_on_stack, which looks for the kernels by it, goes first
-    return lower, lambda: tvm.transform.Sequential([sums_on_stack, one_instruction_casts, host()]), device
+    return _lowering(lower), lambda: tvm.transform.Sequential([sums_on_stack, one_instruction_casts, host()]), device
 
 
 tvm.tirx.compilation_pipeline.register_tir_pipeline(PIPELINE, _cpu_pipeline)

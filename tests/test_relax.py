@@ -202,6 +202,44 @@ def test_winograd_model_tunes_and_builds(conv_program, measure_opt, tmp_path):
         autotvm.task.extract_from_program(mod, "llvm", bound, conv_layout="NCHW", conv_algorithm="winograd")
 
 
+def test_winograd_trials_lower_without_renormalizing_split_patterns(conv_program):
+    """A Winograd task's trial skips TVM's RenormalizeSplitPattern (``autotvm.lowering``); the
+    other tasks' trials keep it."""
+    from autotvm.lowering import RENORMALIZE, tir_pipeline
+
+    @tvm.instrument.pass_instrument
+    class Passes:
+        def __init__(self) -> None:
+            self.names = set()
+
+        def run_before_pass(self, _mod, info) -> None:
+            self.names.add(info.name)
+
+    def passes(build) -> set:
+        seen = Passes()
+        with tvm.transform.PassContext(opt_level=3, instruments=[seen]):
+            build()
+        assert "tirx.StmtSimplify" in seen.names
+        return seen.names
+
+    mod, bound, _, _ = conv_program
+    skipped = {}
+    for algorithm in ("winograd", "direct"):
+        task = next(t for t in autotvm.task.extract_from_program(mod, "llvm", bound, conv_algorithm=algorithm)
+                    if "conv2d" in t.name)
+        func = next(m for m in (_instantiated(task, i) for i in range(20)) if m is not None)
+        names = passes(lambda: tvm.compile(func, target=task.target, tir_pipeline=tir_pipeline(task.target)))
+        skipped[algorithm] = RENORMALIZE not in names
+    assert skipped == {"winograd": True, "direct": False}
+
+
+def _instantiated(task, index):
+    try:
+        return task.instantiate(task.config_space.get(index))
+    except autotvm.task.InstantiationError:
+        return None
+
+
 def test_nhwc_graph_keeps_one_layout_and_fuses_batch_norm_and_clip():
     """MobileNetV2's pattern: conv, batch norm, ReLU6, an explicit (TensorFlow-style) pad and a
     depthwise conv, exported in NCHW. Built NHWC, it has no function that only moves memory
